@@ -1,0 +1,34 @@
+"""fabnb: a notebook-first research kit for adaptive RAG benchmarking.
+
+The package follows the FAB-Bench pipeline (arXiv 2605.26476), one module per stage:
+
+- :mod:`fabnb.schema`: the shared names (FAB-Bench fields, the six metrics);
+- :mod:`fabnb.published`: the paper's published tables as data;
+- :mod:`fabnb.scores`: score frames: read, check, reshape;
+- :mod:`fabnb.analysis`: scaling curves, operating points, correlations, dilution;
+- :mod:`fabnb.plots`: one function per figure kind;
+- :mod:`fabnb.claims`: the paper's numeric claims, recomputed;
+- :mod:`fabnb.report`: ``fabnb reproduce``: every figure, table and claim.
+
+``import fabnb`` is light: submodules and their heavy dependencies (statsmodels,
+matplotlib, deepeval, openai) load when used.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_SUBMODULES = ("schema", "published", "scores", "analysis", "plots", "claims", "report", "cli")
+
+
+def __getattr__(name: str):
+    # Lazy submodules: `fabnb.analysis` works after a bare `import fabnb` without paying for it up front.
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'fabnb' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_SUBMODULES))

@@ -1,0 +1,54 @@
+"""The ``fabnb`` command line.
+
+``fabnb reproduce --out DIR`` writes every figure, table and the claims report of the
+FAB-Bench paper from its published numbers (or, with ``--scores FILE``, the same
+analyses of a user's own score CSV).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from . import __version__
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    from .report import reproduce
+    from .scores import ScoreError, read_scores
+
+    start = time.perf_counter()
+    try:
+        scores = read_scores(args.scores) if args.scores else None
+    except ScoreError as exc:
+        print(f"fabnb reproduce: {exc}", file=sys.stderr)
+        return 2
+    result = reproduce(args.out, scores=scores, source=args.scores)
+    print(f"wrote {len(result.figures)} figures (PNG and SVG) and {len(result.tables)} tables (CSV and Markdown) "
+          f"to {result.out_dir}")
+    if result.claims is not None:
+        counts = result.claims["verdict"].value_counts()
+        print(f"claims: {len(result.claims)} checked: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    print(f"report: {result.report_md} and {result.report_html} ({time.perf_counter() - start:.1f} s)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fabnb", description="A research kit for adaptive RAG benchmarking.")
+    parser.add_argument("--version", action="version", version=f"fabnb {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    rep = sub.add_parser("reproduce", help="regenerate the paper's figures, tables and claim checks")
+    rep.add_argument("--out", default="fabnb-reproduction", help="output folder (default: %(default)s)")
+    rep.add_argument("--scores", metavar="CSV", help="analyse this score file instead of the published numbers")
+    rep.set_defaults(run=_reproduce)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

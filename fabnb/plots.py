@@ -1,0 +1,271 @@
+"""Plots of score frames: one function per figure kind of the FAB-Bench paper.
+
+Every function takes ``ax=None`` (a new figure is made when None), draws on it and
+returns the Axes. None calls ``show()`` or ``savefig()``: that is the caller's.
+
+=======================  ====================================================
+function                 paper figure
+=======================  ====================================================
+:func:`plot_scaling`     Figure 3: score against context, with fitted curves
+:func:`plot_breakdown`   Figures 4, 5: the six metrics at one context
+:func:`plot_deltas`      Figure 6: metric changes between two contexts
+:func:`plot_frameworks`  Figure 7: cross-framework comparison
+:func:`plot_radar`       Figure 8: six-metric radar for one case
+:func:`plot_correlations`  Table 4 as a heatmap
+=======================  ====================================================
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .analysis import fit_log_curves, fit_logistic_curves, predict_log_curve, predict_logistic_curve
+from .schema import AVERAGE, METRIC_LABELS, METRICS
+from .scores import sweep
+
+
+def _axes(ax, polar: bool = False, size=(7, 4.5)):
+    import matplotlib.pyplot as plt
+
+    if ax is not None:
+        return ax
+    fig = plt.figure(figsize=size)
+    return fig.add_subplot(projection="polar" if polar else None)
+
+
+def _palette(n: int):
+    import seaborn as sns
+
+    return sns.color_palette("colorblind", n)
+
+
+def plot_scaling(
+    scores: pd.DataFrame,
+    metric: str = AVERAGE,
+    models=None,
+    fit: str | None = "log",
+    ax=None,
+    logx: bool = False,
+):
+    """Score against context window per model, with a fitted curve (Figure 3).
+
+    Parameters
+    ----------
+    scores : DataFrame
+        A score frame with one system and mode.
+    metric : str
+        The metric on the y axis.
+    models : list of str, optional
+        Which models, in legend order; default all.
+    fit : {"log", "logistic", None}
+        Curve drawn through the points (:func:`fabnb.analysis.fit_log_curves`
+        or :func:`fabnb.analysis.fit_logistic_curves`); its R² goes in the legend.
+    logx : bool
+        Log-scale the context axis.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    ax = _axes(ax)
+    curves = sweep(scores, metric)
+    models = list(models) if models is not None else list(dict.fromkeys(curves["model"]))
+    curves = curves[curves["model"].isin(models)]
+    fits = None
+    if fit == "log":
+        fits = fit_log_curves(curves, metric).set_index("model")
+    elif fit == "logistic":
+        fits = fit_logistic_curves(curves, metric).set_index("model")
+    elif fit is not None:
+        raise ValueError(f"fit must be 'log', 'logistic' or None, not {fit!r}")
+    for color, model in zip(_palette(len(models)), models):
+        g = curves[curves["model"] == model]
+        label = model
+        ax.plot(g["context_k"], g["score"], "o", color=color, ms=5)
+        if fits is not None and fits.loc[model, "status"] == "fitted":
+            grid = np.geomspace(g["context_k"].min(), g["context_k"].max(), 200)
+            predict = predict_log_curve if fit == "log" else predict_logistic_curve
+            ax.plot(grid, predict(fits.loc[model], grid), "-", color=color, lw=1.6)
+            label = f"{model} ({fit} fit R²={fits.loc[model, 'r_squared']:.3f})"
+        else:
+            ax.plot(g["context_k"], g["score"], "-", color=color, lw=1.0, alpha=0.6)
+        ax.plot([], [], "o-", color=color, label=label)
+    if logx:
+        ax.set_xscale("log", base=2)
+    ticks = sorted(curves["context_k"].unique())
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{k:g}" for k in ticks], fontsize=8)
+    ax.set_xlabel("Context window (K tokens)")
+    ax.set_ylabel(f"{METRIC_LABELS[metric]} score (0-1)")
+    ax.set_title(f"{METRIC_LABELS[metric]} score across context windows")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return ax
+
+
+def _grouped_bars(ax, wide: pd.DataFrame, title: str, ylabel: str = "Score (0-1)"):
+    """Bars of the six metrics (hue) for each row of ``wide`` (groups)."""
+    n = len(METRICS)
+    width = 0.8 / n
+    x = np.arange(len(wide))
+    for i, (color, metric) in enumerate(zip(_palette(n), METRICS)):
+        values = wide[metric].to_numpy(float)
+        bars = ax.bar(x - 0.4 + width * (i + 0.5), values, width, color=color, label=METRIC_LABELS[metric])
+        ax.bar_label(bars, fmt="%.2f", fontsize=6, rotation=90, padding=2)
+    ax.set_xticks(x)
+    ax.set_xticklabels(wide.index, fontsize=9)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    low = float(np.nanmin(wide[list(METRICS)].to_numpy(float)))
+    ax.set_ylim(max(0.0, low - 0.15) if low > 0.5 else 0.0, 1.05)
+    ax.legend(fontsize=7, ncol=3, loc="upper left")
+    ax.grid(axis="y", alpha=0.3)
+    return ax
+
+
+def plot_breakdown(scores: pd.DataFrame, context_k: float, models=None, ax=None):
+    """The six metrics of each model at one context window (Figures 4 and 5).
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    ax = _axes(ax, size=(8, 4.5))
+    rows = scores[(scores["context_k"] == context_k) & scores["metric"].isin(METRICS)]
+    if models is not None:
+        rows = rows[rows["model"].isin(models)]
+    if rows.empty:
+        raise ValueError(f"no metric scores at {context_k:g}K; contexts present: "
+                         f"{sorted(scores['context_k'].dropna().unique())}")
+    wide = rows.pivot_table(index="model", columns="metric", values="score", aggfunc="first", sort=False)
+    if models is not None:
+        wide = wide.reindex(models)
+    return _grouped_bars(ax, wide, f"Metric breakdown at {context_k:g}K context")
+
+
+def plot_frameworks(scores: pd.DataFrame, by: str = "system", ax=None):
+    """The six metrics of each RAG framework at its one operating point (Figure 7).
+
+    Uses rows without a context window (Table 5 style).
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    ax = _axes(ax, size=(8, 4.5))
+    rows = scores[scores["context_k"].isna() & scores["metric"].isin(METRICS)]
+    if rows.empty:
+        raise ValueError("no rows without a context window: plot_frameworks shows one operating point per system.")
+    wide = rows.pivot_table(index=by, columns="metric", values="score", aggfunc="first", sort=False)
+    if "model" in rows.columns and by != "model":
+        models = rows.drop_duplicates(by).set_index(by)["model"]
+        wide.index = [f"{s}\n({models[s]})" for s in wide.index]
+    return _grouped_bars(ax, wide, "Cross-framework RAG performance")
+
+
+def plot_deltas(deltas: pd.DataFrame, value: str = "delta", ax=None, models=None):
+    """Heatmap of per-metric changes between two contexts (Figure 6).
+
+    Parameters
+    ----------
+    deltas : DataFrame
+        From :func:`fabnb.analysis.dilution`.
+    value : {"delta", "delta_points", "relative_pct"}
+        Score units (as Figure 6), percentage points, or relative percent (as the
+        text of Section 5.4).
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    import seaborn as sns
+
+    units = {"delta": ("Performance change (Δ score)", ".3f"),
+             "delta_points": ("Change (percentage points)", ".1f"),
+             "relative_pct": ("Relative change (%)", ".1f")}
+    if value not in units:
+        raise ValueError(f"value must be one of {list(units)}, not {value!r}")
+    ax = _axes(ax, size=(8, 3.2))
+    d = deltas[deltas["metric"].isin(METRICS)]
+    wide = d.pivot_table(index="model", columns="metric", values=value, aggfunc="first", sort=False)
+    wide = wide.reindex(columns=list(METRICS)).rename(columns=METRIC_LABELS)
+    if models is not None:
+        wide = wide.reindex(models)
+    lim = float(np.nanmax(np.abs(wide.to_numpy(float)))) or 1.0
+    label, fmt = units[value]
+    sns.heatmap(wide, ax=ax, cmap="RdYlGn", center=0, vmin=-lim, vmax=lim, annot=True, fmt=fmt,
+                linewidths=0.5, cbar_kws={"label": label})
+    k0, k1 = d["from_k"].iloc[0], d["to_k"].iloc[0]
+    ax.set_title(f"Metric-level change: {k0:g}K → {k1:g}K context window")
+    ax.set_xlabel("")
+    ax.set_ylabel("")
+    return ax
+
+
+def plot_radar(profile: pd.DataFrame, label: str = "model", ax=None, title: str | None = None):
+    """Six-metric radar, one polygon per row (Figure 8).
+
+    Parameters
+    ----------
+    profile : DataFrame
+        One row per series, with the six metric columns (as from
+        :func:`fabnb.analysis.metric_profile`) and a ``label`` column.
+    ax : polar Axes, optional
+        Must be polar (``fig.add_subplot(projection="polar")``).
+
+    Returns
+    -------
+    matplotlib.projections.polar.PolarAxes
+    """
+    if ax is not None and getattr(ax, "name", "") != "polar":
+        raise ValueError("plot_radar needs a polar Axes: create it with fig.add_subplot(projection='polar').")
+    missing = [m for m in METRICS if m not in profile.columns]
+    if missing:
+        raise ValueError(f"profile lacks metric column(s) {missing}; pass one row per series with all six metrics.")
+    ax = _axes(ax, polar=True, size=(5.5, 5.5))
+    angles = np.linspace(0, 2 * np.pi, len(METRICS), endpoint=False)
+    closed = np.append(angles, angles[0])
+    for color, (_, row) in zip(_palette(len(profile)), profile.iterrows()):
+        values = row[list(METRICS)].to_numpy(float)
+        ax.plot(closed, np.append(values, values[0]), "-o", color=color, ms=3, label=str(row[label]))
+        ax.fill(closed, np.append(values, values[0]), color=color, alpha=0.12)
+    ax.set_xticks(angles)
+    ax.set_xticklabels([METRIC_LABELS[m] for m in METRICS], fontsize=8)
+    ax.set_ylim(0, 1)
+    ax.set_yticks([0.2, 0.4, 0.6, 0.8, 1.0])
+    ax.tick_params(axis="y", labelsize=7)
+    ax.set_title(title or "Six-metric profile", pad=18)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=min(3, len(profile)))
+    return ax
+
+
+def plot_correlations(correlations: pd.DataFrame, value: str = "r", ax=None, title: str | None = None):
+    """Lower-triangle heatmap of metric correlations (Table 4).
+
+    Parameters
+    ----------
+    correlations : DataFrame
+        Columns metric_a, metric_b and ``value`` (from
+        :func:`fabnb.analysis.metric_correlations` or the published Table 4).
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    import seaborn as sns
+
+    ax = _axes(ax, size=(5.5, 4.5))
+    labels = [METRIC_LABELS[m] for m in METRICS]
+    order = {m: i for i, m in enumerate(METRICS)}
+    values = np.full((len(METRICS), len(METRICS)), np.nan)
+    np.fill_diagonal(values, 1.0)
+    for r in correlations.itertuples():
+        i, j = order[r.metric_a], order[r.metric_b]
+        values[i, j] = values[j, i] = getattr(r, value)
+    grid = pd.DataFrame(values, index=labels, columns=labels)
+    mask = np.triu(np.ones_like(grid, dtype=bool), k=1)
+    sns.heatmap(grid, mask=mask, ax=ax, annot=True, fmt=".2f", cmap="viridis", vmin=0.5, vmax=1.0,
+                linewidths=0.5, cbar_kws={"label": "correlation"})
+    ax.set_title(title or "Inter-metric correlation")
+    return ax

@@ -1,0 +1,68 @@
+"""The shared schema: FAB-Bench's field names, the six metrics, the score frame.
+
+Every stage of fabnb speaks these names. The metric names are those of the
+released FAB-Bench data (``primary_metric`` / ``secondary_metrics``), and the
+score frame is the tidy long format that both the paper's published tables
+(:mod:`fabnb.published`) and a user's own judged runs are stored in.
+"""
+
+from __future__ import annotations
+
+#: The six diagnostic metrics of FAB-Bench Section 3.4, in the paper's table order.
+METRICS: tuple[str, ...] = (
+    "factuality",
+    "depth",
+    "completeness",
+    "relevance",
+    "context_utilization",
+    "support_quality",
+)
+
+#: The per-configuration mean of the six metrics, as the paper's "Avg." column reports it.
+AVERAGE = "average"
+
+#: Every metric name a score frame may hold.
+ALL_METRICS: tuple[str, ...] = METRICS + (AVERAGE,)
+
+#: Human labels, as the paper's figures print them.
+METRIC_LABELS: dict[str, str] = {
+    "factuality": "Factuality",
+    "depth": "Depth",
+    "completeness": "Completeness",
+    "relevance": "Relevance",
+    "context_utilization": "Context Util.",
+    "support_quality": "Support Quality",
+    "average": "Average",
+}
+
+#: FAB-Bench's three test types and their id prefixes.
+TEST_TYPES: dict[str, str] = {
+    "robustness": "ROB",
+    "multi_hop": "MULTI",
+    "generation_quality": "GEN",
+}
+
+#: FAB-Bench's question formats.
+QUESTION_FORMATS: tuple[str, ...] = ("OBJECTIVE", "SUBJECTIVE")
+
+#: Fields of one FAB-Bench QA record (README of the release).
+QA_FIELDS: tuple[str, ...] = (
+    "test_id",
+    "test_type",
+    "question_format",
+    "question",
+    "gold_context_sources",
+    "ground_truth_answer",
+    "primary_metric",
+    "secondary_metrics",
+    "generation_metadata",
+)
+
+#: Columns every score frame must have.
+SCORE_REQUIRED: tuple[str, ...] = ("model", "context_k", "metric", "score")
+
+#: Optional columns a score frame may have; where present they are part of a row's key.
+SCORE_KEYS: tuple[str, ...] = ("system", "model", "context_k", "output_k", "mode", "test_id")
+
+#: The two dual-mode assessment modes of Appendix F.3.
+MODES: dict[str, str] = {"A": "with_kb (system's own retrieval)", "B": "without_kb (gold context injected)"}

@@ -1,0 +1,232 @@
+"""Each analysis function on small hand-made frames with known answers."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fabnb import analysis as A
+from fabnb.schema import METRICS
+from fabnb.scores import ScoreError
+
+from conftest import long_frame, six_metric_frame
+
+K = [4, 8, 16, 32, 64]
+
+
+def log_curve(a, b, ks=K):
+    return {k: a + b * math.log(k) for k in ks}
+
+
+# ------------------------------------------------------------------ curve fits
+
+def test_log_fit_recovers_exact_parameters():
+    fit = A.fit_log_curves(long_frame({"m": log_curve(0.2, 0.1)})).iloc[0]
+    assert fit.status == "fitted"
+    assert fit.intercept == pytest.approx(0.2)
+    assert fit.slope == pytest.approx(0.1)
+    assert fit.r_squared == pytest.approx(1.0)
+
+
+def test_log_fit_interval_covers_truth_on_noisy_data():
+    rng = np.random.default_rng(1)
+    ks = [4, 6, 8, 12, 16, 24, 32, 48, 64]
+    curve = {k: 0.3 + 0.08 * math.log(k) + rng.normal(0, 0.01) for k in ks}
+    fit = A.fit_log_curves(long_frame({"m": curve})).iloc[0]
+    assert fit.slope_ci_low < 0.08 < fit.slope_ci_high
+    assert 0.9 < fit.r_squared < 1.0
+
+
+def test_log_fit_says_why_it_cannot_fit():
+    fit = A.fit_log_curves(long_frame({"one": {8: 0.5}, "two": {4: 0.4, 8: 0.6}})).set_index("model")
+    assert fit.loc["one", "status"] == "not fitted"
+    assert "1 distinct context point(s)" in fit.loc["one", "reason"]
+    assert "2 distinct" in fit.loc["two", "reason"]
+    assert np.isnan(fit.loc["two", "slope"])
+
+
+def test_logistic_fit_recovers_inflection():
+    ks = [2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128]
+    x0 = math.log(12)
+    curve = {k: 0.3 + 0.6 / (1 + math.exp(-3 * (math.log(k) - x0))) for k in ks}
+    fit = A.fit_logistic_curves(long_frame({"s": curve})).iloc[0]
+    assert fit.status == "fitted"
+    assert fit.inflection_k == pytest.approx(12, rel=0.01)
+    assert fit.lower == pytest.approx(0.3, abs=0.01) and fit.upper == pytest.approx(0.9, abs=0.01)
+    pred = A.predict_logistic_curve(fit, [12])[0]
+    assert pred == pytest.approx(0.6, abs=0.005)
+
+
+def test_logistic_fit_needs_five_points():
+    fit = A.fit_logistic_curves(long_frame({"m": log_curve(0.2, 0.1, [4, 8, 16, 32])})).iloc[0]
+    assert fit.status == "not fitted" and "at least 5" in fit.reason
+
+
+# ------------------------------------------------------------- operating points
+
+def test_operating_points_by_hand():
+    df = long_frame({"m": {4: 0.5, 8: 0.7, 16: 0.9, 32: 0.8}})
+    p = A.operating_points(df).iloc[0]
+    assert (p.peak_k, p.peak_score) == (16, 0.9)
+    assert p.fraction_k == 16  # 90% of 0.9 = 0.81: first reached at 16K
+    # linear in ln k between 8K (0.70) and 16K (0.90): 0.81 is 55% of the way: 8 * 2**0.55
+    assert p.fraction_interp_k == pytest.approx(8 * 2 ** 0.55)
+    assert p.halfway_k == 8  # midpoint of 0.5 and 0.9 is 0.7
+    assert p.final_change_pct == pytest.approx(-100 / 9)
+    assert not p.monotonic
+
+
+def test_crossovers_observed_and_fitted():
+    a = log_curve(0.2, 0.10, [4, 8, 16, 32, 64, 128])
+    b = log_curve(0.4, 0.05, [4, 8, 16, 32, 64, 128])
+    df = long_frame({"a": a, "b": b})
+    fit = A.crossovers(df, "a", "b", method="log_fit").iloc[0]
+    assert fit.context_k == pytest.approx(math.exp(4))  # 0.2 + 0.1x = 0.4 + 0.05x at x = 4
+    assert (fit.leader_below, fit.leader_above) == ("b", "a")
+    obs = A.crossovers(df, "a", "b").iloc[0]
+    assert obs.context_k == pytest.approx(math.exp(4))  # exact: both lines are linear in ln k
+
+
+def test_crossovers_none_and_unknown_model():
+    df = long_frame({"a": {4: 0.5, 8: 0.6}, "b": {4: 0.4, 8: 0.5}})
+    assert A.crossovers(df, "a", "b").empty
+    with pytest.raises(ScoreError, match="unknown model 'c'"):
+        A.crossovers(df, "a", "c")
+    with pytest.raises(ValueError, match="method must be"):
+        A.crossovers(df, "a", "b", method="spline")
+
+
+def test_routing_table_ranges():
+    df = long_frame({"a": {4: 0.6, 8: 0.7, 16: 0.72, 32: 0.74}, "b": {4: 0.5, 8: 0.6, 16: 0.8, 32: 0.85}})
+    r = A.routing_table(df)
+    assert list(r.best_model) == ["a", "a", "b", "b"]
+    assert list(r.range) == ["4-8K", "4-8K", "16-32K", "16-32K"]
+    assert r.margin.iloc[2] == pytest.approx(0.08)
+
+
+def test_classify_scaling_rule():
+    df = long_frame({
+        "cold": {4: 0.30, 8: 0.45, 16: 0.70, 32: 0.85, 64: 0.86},
+        "sat": {4: 0.70, 8: 0.78, 16: 0.84, 32: 0.86, 64: 0.82},
+        "plateau": {4: 0.70, 8: 0.78, 16: 0.84, 32: 0.860, 64: 0.865},
+        "log": log_curve(0.3, 0.1),
+        "flat": {4: 0.5},
+    })
+    labels = A.classify_scaling(df).set_index("model").label.to_dict()
+    assert labels == {"cold": "cold-start", "sat": "early saturation", "plateau": "early saturation",
+                      "log": "logarithmic growth", "flat": "undetermined"}
+
+
+def test_gain_rates_per_k_and_per_doubling():
+    df = long_frame({"m": {4: 0.4, 8: 0.5, 16: 0.7}})
+    r = A.gain_rates(df, "m", [(4, 8), (4, 16)]).set_index("to_k")
+    assert r.loc[8, "gain_per_k"] == pytest.approx(0.025)
+    assert r.loc[16, "gain_per_doubling"] == pytest.approx(0.15)
+    with pytest.raises(ScoreError, match="no average score at 12K"):
+        A.gain_rates(df, "m", [(4, 12)])
+
+
+def test_metric_slopes_and_context_to_reach():
+    rows = []
+    for i, metric in enumerate(METRICS):
+        for model, scale in (("a", 1.0), ("b", 2.0)):
+            for k, v in log_curve(0.1, 0.01 * (i + 1) * scale).items():
+                rows.append({"model": model, "context_k": k, "metric": metric, "score": v})
+    df = pd.DataFrame(rows)
+    s = A.metric_slopes(df).set_index("metric")
+    assert s.loc["support_quality", "mean_slope"] == pytest.approx(0.06 * 1.5)
+    assert s.loc["depth", "slope_spread"] == pytest.approx(np.std([0.02, 0.04], ddof=1))
+    reach = A.context_to_reach(df, 0.1 + 0.06 * math.log(16), ["support_quality"]).set_index("model")
+    assert reach.loc["a", "context_k"] == 16 and reach.loc["b", "context_k"] == 4
+
+
+# --------------------------------------------------------------- correlations
+
+def test_correlations_perfect_and_grouped():
+    rows = []
+    for model, sign in (("up", 1), ("down", -1)):
+        for j, k in enumerate([4, 8, 16, 32]):
+            for i, metric in enumerate(METRICS):
+                value = 0.5 + sign * 0.05 * j if metric != "depth" else 0.5 + 0.05 * j
+                rows.append({"model": model, "context_k": k, "metric": metric, "score": value})
+    df = pd.DataFrame(rows)
+    by = A.metric_correlations(df, by="model")
+    pair = by[(by.metric_a == "factuality") & (by.metric_b == "depth")].set_index("group").r
+    assert pair["up"] == pytest.approx(1.0) and pair["down"] == pytest.approx(-1.0)
+    assert len(by) == 2 * 15
+    pooled = A.metric_correlations(df)
+    assert (pooled.n == 8).all() and set(pooled.group) == {"all"}
+
+
+def test_spearman_sees_monotone_nonlinear_as_one():
+    rows = [{"model": "m", "context_k": k, "metric": metric, "score": v}
+            for k, (x, y) in zip([1, 2, 3, 4, 5], [(0.1, 0.01), (0.2, 0.04), (0.3, 0.09), (0.4, 0.16), (0.5, 0.9)])
+            for metric, v in (("depth", x), ("relevance", y))]
+    df = pd.DataFrame(rows)
+    sp = A.metric_correlations(df, "spearman", metrics=["depth", "relevance"]).r.item()
+    pe = A.metric_correlations(df, "pearson", metrics=["depth", "relevance"]).r.item()
+    assert sp == pytest.approx(1.0) and pe < 0.9
+
+
+def test_compare_correlations_matches_pairs_in_any_order():
+    computed = pd.DataFrame({"metric_a": ["factuality"], "metric_b": ["depth"], "r": [0.8]})
+    published = pd.DataFrame({"metric_a": ["depth", "depth"], "metric_b": ["factuality", "depth"], "r": [0.96, 1.0]})
+    out = A.compare_correlations(computed, published)
+    assert len(out) == 1 and out.difference.item() == pytest.approx(-0.16)
+
+
+# ----------------------------------------------------------- dilution, profiles
+
+def test_dilution_both_units():
+    df = long_frame({"m": {28: 0.80, 32: 0.76}, "n": {28: 0.5}}, "depth")
+    d = A.dilution(df, 28, 32, metrics=["depth"]).iloc[0]
+    assert d.delta == pytest.approx(-0.04)
+    assert d.delta_points == pytest.approx(-4.0)
+    assert d.relative_pct == pytest.approx(-5.0)
+    with pytest.raises(ScoreError, match="no model has scores at both 28K and 64K"):
+        A.dilution(df, 28, 64, metrics=["depth"])
+
+
+def test_metric_profile_and_gaps():
+    df = pd.DataFrame({"model": "m", "context_k": 4.0, "metric": list(METRICS),
+                       "score": [0.6, 0.3, 0.4, 0.5, 0.9, 0.45]})
+    p = A.metric_profile(df, 4).iloc[0]
+    assert p.best_metric == "context_utilization" and p.worst_metric == "depth"
+    assert p["range"] == pytest.approx(0.6)
+    g = A.metric_gaps(df, 4)
+    row = g[(g.metric_a == "context_utilization") & (g.metric_b == "support_quality")].iloc[0]
+    assert row.ratio == pytest.approx(2.0) and row.pct_higher == pytest.approx(100.0)
+    with pytest.raises(ScoreError, match="no metric scores at 8K"):
+        A.metric_profile(df, 8)
+
+
+def test_framework_table_and_average_check():
+    rows = [{"system": s, "model": "x", "context_k": np.nan, "metric": m, "score": v}
+            for s, base in (("S1", 0.5), ("S2", 0.6)) for m, v in zip(METRICS, [base] * 6)]
+    rows += [{"system": "S1", "model": "x", "context_k": np.nan, "metric": "average", "score": 0.5},
+             {"system": "S2", "model": "x", "context_k": np.nan, "metric": "average", "score": 0.65}]
+    df = pd.DataFrame(rows)
+    t = A.framework_table(df)
+    assert t.loc["average (recomputed)", "S2"] == pytest.approx(0.6)
+    assert t.loc["average (reported)", "S2"] == pytest.approx(0.65)
+    checks = A.check_averages(df).set_index("system")
+    assert bool(checks.loc["S1", "consistent"]) and not bool(checks.loc["S2", "consistent"])
+
+
+def test_dual_mode_delta_pairs_and_flags():
+    df = pd.DataFrame({"model": "m", "context_k": 8.0, "test_id": ["q1", "q1", "q2"], "metric": "factuality",
+                       "mode": ["with_kb", "without_kb", "A"], "score": [0.2, 0.7, 0.5]})
+    out = A.dual_mode_delta(df).set_index("test_id")
+    assert out.loc["q1", "delta"] == pytest.approx(0.5) and out.loc["q1", "paired"]
+    assert not out.loc["q2", "paired"] and np.isnan(out.loc["q2", "delta"])
+    with pytest.raises(ScoreError, match="unknown mode 'C'"):
+        A.dual_mode_delta(df.assign(mode="C"))
+
+
+def test_functions_do_not_mutate_input():
+    df = six_metric_frame()
+    before = df.copy()
+    A.fit_log_curves(df); A.operating_points(df); A.metric_correlations(df); A.dilution(df, 4, 32)
+    A.metric_profile(df, 4); A.classify_scaling(df); A.routing_table(df)
+    pd.testing.assert_frame_equal(df, before)

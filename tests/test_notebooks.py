@@ -1,0 +1,35 @@
+"""Notebook hygiene: numbered names, parameters cells, calls not logic, outputs stripped.
+
+Executing them is the job of nbmake (`--nbmake` in pyproject's addopts): every
+notebook under notebooks/ runs headless as part of the suite.
+"""
+
+import ast
+import re
+
+import nbformat
+import pytest
+
+from conftest import ROOT
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def test_there_are_notebooks_and_they_are_numbered():
+    assert {p.stem for p in NOTEBOOKS} >= {"00_start_here"}
+    for path in NOTEBOOKS:
+        assert re.fullmatch(r"\d\d_[a-z]+_[a-z_]+", path.stem), path.name
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_clean(path):
+    book = nbformat.read(path, as_version=4)
+    nbformat.validate(book)
+    code = [c for c in book.cells if c.cell_type == "code"]
+    for cell in code:
+        assert cell.outputs == [] and cell.execution_count is None, f"{path.name}: outputs not stripped"
+        tree = ast.parse(cell.source)
+        defs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.For, ast.While))]
+        assert not defs, f"{path.name}: logic belongs in fabnb, not in a notebook cell:\n{cell.source}"
+    assert any("parameters" in c.metadata.get("tags", []) for c in code), f"{path.name}: no parameters cell"
+    assert book.cells[0].cell_type == "markdown" and book.cells[0].source.startswith("# ")

@@ -1,0 +1,37 @@
+"""README.md opens with the two commands a new user types, and they are true."""
+
+import re
+import shutil
+import subprocess
+
+from conftest import ROOT
+
+README = (ROOT / "README.md").read_text()
+BLOCKS = re.findall(r"```bash\n(.*?)\n```", README, re.S)
+
+
+def test_readme_opens_with_main_job_then_tests():
+    assert len(BLOCKS) >= 2
+    main_job, tests = BLOCKS[0].strip(), BLOCKS[1].strip()
+    assert main_job.startswith("pip install ") and "fabnb reproduce --out" in main_job
+    assert tests.startswith('pip install -e ".[test]"') and tests.endswith("python -m pytest")
+    # Nothing but the title and one line of prose before the first command.
+    assert README.index("```bash") < 200
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text()
+    marked = re.search(r"<!-- test-command -->\n```bash\n(.*?)\n```\n<!-- /test-command -->", README, re.S)
+    assert marked and marked.group(1) == BLOCKS[1]
+    assert "<!-- test-command -->" in ci and "set -euo pipefail" in ci
+
+
+def test_main_job_command_runs(tmp_path):
+    exe = shutil.which("fabnb")
+    assert exe, "the fabnb console script is not installed"
+    command = BLOCKS[0].split("&&", 1)[1].split()
+    out = tmp_path / "repro"
+    done = subprocess.run([exe, *command[1:-1], str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "claims: 148 checked" in done.stdout
+    assert (out / "report.html").exists()

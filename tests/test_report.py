@@ -1,0 +1,79 @@
+"""`fabnb reproduce`: files written, report contents, user score files, bad input."""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from fabnb.claims import CLAIMS
+from fabnb.cli import main
+
+from conftest import six_metric_frame
+
+FIGURES = ["fig3_scaling_panels", "fig3_scaling_all_models", "fig3_scaling_logistic", "fig4_breakdown_low",
+           "fig5_breakdown_high", "fig6_deltas_score", "fig6_deltas_relative", "fig7_frameworks",
+           "fig8_radar_18k", "table4_correlations"]
+
+
+@pytest.fixture(scope="module")
+def reproduction(tmp_path_factory):
+    out = tmp_path_factory.mktemp("repro")
+    assert main(["reproduce", "--out", str(out)]) == 0
+    return out
+
+
+def test_every_figure_in_png_and_svg(reproduction):
+    for name in FIGURES:
+        for ext in ("png", "svg"):
+            path = reproduction / "figures" / f"{name}.{ext}"
+            assert path.stat().st_size > 5000, path
+
+
+def test_tables_in_csv_and_markdown(reproduction):
+    tables = reproduction / "tables"
+    for name in ("claims", "log_fits", "logistic_fits", "scaling_labels", "operating_points", "crossovers",
+                 "routing", "correlations_pooled", "correlations_by_model", "table4_comparison",
+                 "dilution_28k_32k", "frameworks", "average_consistency"):
+        assert (tables / f"{name}.csv").exists() and (tables / f"{name}.md").exists(), name
+    claims = pd.read_csv(tables / "claims.csv")
+    assert len(claims) == len(CLAIMS)
+    fits = pd.read_csv(tables / "log_fits.csv").set_index("model")
+    assert fits.loc["DeepSeek-v3.2-Exp", "r_squared"] == pytest.approx(0.9129, abs=1e-4)
+
+
+def test_report_states_verdicts_in_both_formats(reproduction):
+    md = (reproduction / "report.md").read_text()
+    html = (reproduction / "report.html").read_text()
+    assert "not reproduced" in md and "Claims not reproduced" in md
+    assert 'class="not-reproduced"' in html and "<svg" not in html  # figures linked, not inlined
+    assert 'src="figures/fig3_scaling_panels.svg"' in html
+    for name in FIGURES:
+        assert f"figures/{name}.png" in md
+
+
+def test_user_scores_file(tmp_path, capsys):
+    path = tmp_path / "mine.csv"
+    six_metric_frame(models=("m1", "m2"), contexts=(4, 8, 16, 32, 64)).to_csv(path, index=False)
+    out = tmp_path / "out"
+    assert main(["reproduce", "--out", str(out), "--scores", str(path)]) == 0
+    assert (out / "figures" / "fig3_scaling_panels.png").exists()
+    assert not (out / "tables" / "claims.csv").exists()  # claims are the paper's, not the user's
+    assert "mine.csv" in (out / "report.md").read_text()
+
+
+def test_bad_user_file_exits_2_naming_the_line(tmp_path, capsys):
+    path = tmp_path / "bad.csv"
+    frame = six_metric_frame()
+    frame.loc[10, "metric"] = "helpfulness"
+    frame.to_csv(path, index=False)
+    assert main(["reproduce", "--out", str(tmp_path / "o"), "--scores", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.csv, line 12, column 'metric': unknown metric 'helpfulness'" in err
+
+
+def test_import_is_light():
+    code = ("import sys, fabnb; heavy = [m for m in ('pandas', 'matplotlib', 'statsmodels', 'deepeval', 'openai', "
+            "'sklearn') if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
