@@ -22,6 +22,13 @@ from .scores import ScoreError, require_models, sweep
 # --------------------------------------------------------------------------- curves
 
 
+def _curves(scores: pd.DataFrame, metric: str):
+    """Per model: ln(context_k), scores, and the identifying part of a fit's result row."""
+    for model, g in sweep(scores, metric).groupby("model", sort=False):
+        yield (np.log(g["context_k"].to_numpy(float)), g["score"].to_numpy(float),
+               {"model": model, "metric": metric, "n_points": len(g)})
+
+
 def fit_log_curves(scores: pd.DataFrame, metric: str = AVERAGE, alpha: float = 0.05) -> pd.DataFrame:
     """Fit ``score = intercept + slope * ln(context_k)`` per model by OLS (statsmodels).
 
@@ -55,10 +62,7 @@ def fit_log_curves(scores: pd.DataFrame, metric: str = AVERAGE, alpha: float = 0
     import statsmodels.api as sm
 
     rows = []
-    for model, g in sweep(scores, metric).groupby("model", sort=False):
-        x = np.log(g["context_k"].to_numpy(float))
-        y = g["score"].to_numpy(float)
-        row = {"model": model, "metric": metric, "n_points": len(g)}
+    for x, y, row in _curves(scores, metric):
         if len(np.unique(x)) < 3:
             rows.append({**row, "status": "not fitted",
                          "reason": f"{len(np.unique(x))} distinct context point(s); a log curve with "
@@ -100,10 +104,7 @@ def fit_logistic_curves(scores: pd.DataFrame, metric: str = AVERAGE) -> pd.DataF
     from scipy.optimize import curve_fit
 
     rows = []
-    for model, g in sweep(scores, metric).groupby("model", sort=False):
-        x = np.log(g["context_k"].to_numpy(float))
-        y = g["score"].to_numpy(float)
-        row = {"model": model, "metric": metric, "n_points": len(g)}
+    for x, y, row in _curves(scores, metric):
         if len(np.unique(x)) < 5:
             rows.append({**row, "status": "not fitted",
                          "reason": f"{len(np.unique(x))} distinct context point(s); the 4-parameter "
