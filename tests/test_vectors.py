@@ -1,0 +1,72 @@
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.feature_extraction.text import TfidfVectorizer
+
+from fabnb.corpus import chunk_corpus
+from fabnb.datasets import evidence_corpus
+from fabnb.vectors import neighbours, vectorize
+
+
+def test_vectors_equal_scikit_learn(evidence_chunks):
+    chunks, v = evidence_chunks
+    ref = TfidfVectorizer(stop_words="english", dtype=np.float32).fit(chunks.text)
+    assert abs(ref.transform(chunks.text) - v.matrix).max() < 1e-6
+    assert list(ref.get_feature_names_out()) == sorted(v.vocabulary, key=v.vocabulary.get)
+
+
+def test_neighbours_match_brute_force(evidence_chunks):
+    chunks, v = evidence_chunks
+    dense = (v.matrix @ v.matrix.T).toarray()  # fine for a few hundred chunks; the code never does this
+    rows = [0, 17, 200]
+    near = neighbours(v, rows, k=3, other_documents=True, block=2)
+    for q in rows:
+        scores = dense[q].copy()
+        scores[v.doc_ids == v.doc_ids[q]] = -np.inf
+        best = np.argsort(-scores, kind="stable")[:3]
+        got = near[near["query"] == q]
+        assert np.allclose(got.cosine, scores[best], atol=1e-6)
+        assert not (got.doc_id == v.doc_ids[q]).any()
+
+
+def test_farthest_are_minimal_and_exclusions_hold(evidence_chunks):
+    chunks, v = evidence_chunks
+    far = neighbours(v, [5], k=4, farthest=True, exclude_documents={v.doc_ids[0]})
+    sims = v.cosine([5], np.arange(len(v)))[0]
+    sims[5] = np.inf
+    sims[v.doc_ids == v.doc_ids[0]] = np.inf
+    assert np.allclose(far.cosine, np.sort(sims)[:4], atol=1e-6)
+    assert v.doc_ids[0] not in set(far.doc_id)
+
+
+def test_transform_queries(evidence_chunks):
+    chunks, v = evidence_chunks
+    q = v.transform([chunks.text.iloc[3]])
+    assert abs((q @ v.matrix[3].T).toarray()[0, 0] - 1.0) < 1e-5
+
+
+def test_dask_gives_the_same_chunks_and_vectors(fab_bench):
+    from dask.distributed import Client, LocalCluster
+
+    corpus = evidence_corpus(fab_bench)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        single = chunk_corpus(corpus, size=128, overlap=32)
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+                Client(cluster):
+            distributed = chunk_corpus(corpus, size=128, overlap=32, scheduler="dask", npartitions=5)
+            vd = vectorize(distributed, scheduler="dask", npartitions=7)
+    pd.testing.assert_frame_equal(single, distributed)
+    vs = vectorize(single)
+    assert vs.vocabulary == vd.vocabulary
+    assert abs(vs.matrix - vd.matrix).max() == 0
+    a = neighbours(vs, range(0, len(vs), 25), k=3, other_documents=True)
+    b = neighbours(vd, range(0, len(vd), 25), k=3, other_documents=True)
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_only_stop_words_is_a_clear_error():
+    with pytest.raises(ValueError, match="only stop words"):
+        vectorize(pd.DataFrame({"chunk_id": ["a"], "doc_id": ["d"], "text": ["the and of"]}))
