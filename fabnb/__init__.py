@@ -10,6 +10,9 @@ The package follows the FAB-Bench pipeline (arXiv 2605.26476), one module per st
 - :mod:`fabnb.vectors`: TF-IDF vectors and cosine neighbours;
 - :mod:`fabnb.synthesis`: the three context-synthesis strategies;
 - :mod:`fabnb.passages`: readability, complexity and coverage (RAG-TESTER);
+- :mod:`fabnb.llm`: one client for any OpenAI-compatible endpoint (cache, retries, concurrency);
+- :mod:`fabnb.local`: the embedded Gemma 3 270M on llama.cpp's server, on loopback;
+- :mod:`fabnb.generation`: adaptive QA generation (Algorithm 1, Eqs. 4-14, Appendix C);
 - :mod:`fabnb.scores`: score frames: read, check, reshape;
 - :mod:`fabnb.analysis`: scaling curves, operating points, correlations, dilution;
 - :mod:`fabnb.plots`: one function per figure kind;
@@ -27,6 +30,7 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = ("schema", "published", "datasets", "corpus", "terms", "vectors", "synthesis", "passages",
+               "llm", "local", "generation",
                "scores", "analysis", "plots", "claims", "report", "cli")
 
 

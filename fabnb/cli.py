@@ -3,6 +3,8 @@
 ``fabnb reproduce --out DIR`` writes every figure, table and the claims report of the
 FAB-Bench paper from its published numbers (or, with ``--scores FILE``, the same
 analyses of a user's own score CSV).
+
+``fabnb serve-local`` serves the embedded model on loopback until interrupted.
 """
 
 from __future__ import annotations
@@ -34,6 +36,18 @@ def _reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve_local(args: argparse.Namespace) -> int:
+    from .llm import LLMError
+    from .local import serve
+
+    try:
+        serve(port=args.port, n_ctx=args.n_ctx)
+    except LLMError as exc:
+        print(f"fabnb serve-local: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fabnb", description="A research kit for adaptive RAG benchmarking.")
     parser.add_argument("--version", action="version", version=f"fabnb {__version__}")
@@ -42,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", default="fabnb-reproduction", help="output folder (default: %(default)s)")
     rep.add_argument("--scores", metavar="CSV", help="analyse this score file instead of the published numbers")
     rep.set_defaults(run=_reproduce)
+    loc = sub.add_parser("serve-local", help="serve the embedded Gemma 3 270M on 127.0.0.1 (OpenAI-compatible)")
+    loc.add_argument("--port", type=int, help="port (default: a free one)")
+    loc.add_argument("--n-ctx", type=int, default=8192, help="context window in tokens (default: %(default)s)")
+    loc.set_defaults(run=_serve_local)
     return parser
 
 

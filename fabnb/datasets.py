@@ -183,6 +183,11 @@ def read_qa_files(paths, on_error: str = "warn") -> QASet:
     return QASet(pairs, pd.DataFrame(problems, columns=["path", "message"]))
 
 
+QA_FRAME_COLUMNS = ["test_id", "test_type", "question_format", "objective_subtype", "question", "ground_truth_answer",
+                    "primary_metric", "secondary_metrics", "n_sources", "doc_ids", "precision_level",
+                    "technical_density", "temperature_used"]
+
+
 def qa_frame(pairs) -> pd.DataFrame:
     """One row per QA pair.
 
@@ -208,7 +213,7 @@ def qa_frame(pairs) -> pd.DataFrame:
             "technical_density": analysis.get("technical_density"),
             "temperature_used": meta.get("temperature_used"),
         })
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=QA_FRAME_COLUMNS)
 
 
 def evidence_frame(pairs) -> pd.DataFrame:

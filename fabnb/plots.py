@@ -12,6 +12,7 @@ function                 paper figure
 :func:`plot_frameworks`  Figure 7: cross-framework comparison
 :func:`plot_radar`       Figure 8: six-metric radar for one case
 :func:`plot_correlations`  Table 4 as a heatmap
+:func:`plot_generation`  Algorithm 1's temperature and threshold per attempt
 =======================  ====================================================
 """
 
@@ -268,4 +269,35 @@ def plot_correlations(correlations: pd.DataFrame, value: str = "r", ax=None, tit
     sns.heatmap(grid, mask=mask, ax=ax, annot=True, fmt=".2f", cmap="viridis", vmin=0.5, vmax=1.0,
                 linewidths=0.5, cbar_kws={"label": "correlation"})
     ax.set_title(title or "Inter-metric correlation")
+    return ax
+
+
+def plot_generation(attempts: pd.DataFrame, ax=None):
+    """Temperature and similarity threshold of every generation attempt, failures marked.
+
+    Parameters
+    ----------
+    attempts : DataFrame
+        ``GenerationRun.attempts`` from :func:`fabnb.generation.generate_qa`.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    ax = _axes(ax, size=(8, 3.8))
+    x = np.arange(len(attempts))
+    ax.plot(x, attempts["temperature"], "-", color="tab:red", lw=1.2, label="temperature τ (Eqs. 4-9)")
+    ax.plot(x, attempts["threshold"], "-", color="tab:blue", lw=1.2, label="similarity threshold θ (Eqs. 11-12)")
+    ok = attempts["outcome"].eq("accepted").to_numpy()
+    ax.scatter(x[ok], attempts["temperature"][ok], color="tab:green", zorder=3, label="accepted")
+    ax.scatter(x[~ok], attempts["temperature"][~ok], color="black", marker="x", zorder=3, label="failed attempt")
+    starts = np.flatnonzero(attempts["context_id"].ne(attempts["context_id"].shift()).to_numpy())
+    for s in starts[1:]:
+        ax.axvline(s - 0.5, color="grey", lw=0.5, alpha=0.5)
+    ax.set_xlabel("attempt (grey lines separate contexts)")
+    ax.set_ylabel("value")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("Adaptive generation: temperature and threshold per attempt")
+    ax.legend(fontsize=7, loc="lower right", ncol=2)
+    ax.grid(alpha=0.3)
     return ax

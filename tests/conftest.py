@@ -1,12 +1,6 @@
 """Shared fixtures: small hand-made score frames with known answers."""
 
 import os
-
-# Third-party opt-outs before anything imports deepeval (telemetry, .env loading).
-os.environ.setdefault("DEEPEVAL_TELEMETRY_OPT_OUT", "1")
-os.environ.setdefault("DEEPEVAL_DISABLE_DOTENV", "1")
-os.environ.setdefault("MPLBACKEND", "Agg")
-
 from pathlib import Path
 
 import numpy as np
@@ -16,14 +10,8 @@ import pytest
 from fabnb.schema import METRICS
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The released FAB-Bench QA pairs, read in place (never copied into this repository): CI has a copy
-#: beside the clone; elsewhere the kit downloads and verifies the release into the cache.
+#: Set up by the root conftest.py (CI's copy beside the clone, or the kit's own download).
 FAB_BENCH = Path(os.environ.get("FABNB_FAB_BENCH_DIR") or ROOT.parent / "shared" / "data" / "fab-bench")
-# Notebooks executed by nbmake inherit this environment: they read the same copy, and
-# nothing in the suite writes to the user's real cache.
-if (FAB_BENCH / "QAs").is_dir():
-    os.environ.setdefault("FABNB_FAB_BENCH_DIR", str(FAB_BENCH))
-os.environ.setdefault("FABNB_CACHE_DIR", str(ROOT / ".pytest_cache" / "fabnb-cache"))
 
 
 def long_frame(curves: dict, metric: str = "average") -> pd.DataFrame:

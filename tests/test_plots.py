@@ -66,3 +66,12 @@ def test_frameworks_and_radar_and_correlations():
         plots.plot_radar(profile, ax=flat)
     heat = plots.plot_correlations(published.correlations())
     assert "0.96" in [t.get_text() for t in heat.texts]
+
+
+def test_generation_trajectory():
+    import pandas as pd
+    attempts = pd.DataFrame({"context_id": ["a", "a", "b"], "temperature": [0.4, 0.48, 0.3],
+                             "threshold": [0.7, 0.65, 0.7], "outcome": ["failed", "accepted", "accepted"]})
+    ax = plots.plot_generation(attempts)
+    assert len(ax.collections) == 2 and len(ax.collections[1].get_offsets()) == 1  # one failure marked
+    assert len(ax.get_lines()) == 3  # temperature, threshold, one context separator

@@ -1,0 +1,487 @@
+"""One client for every LLM the kit talks to: any OpenAI-compatible endpoint.
+
+OpenAI itself, vLLM, Ollama, llama.cpp, or a RAG product's OpenAI-compatible API,
+configured explicitly or from the environment, and by default the embedded local
+model (:mod:`fabnb.local`). What :class:`LLM` adds to the ``openai`` package:
+
+- a **persistent response cache** (SQLite, one transaction per answer, WAL journal)
+  keyed by base URL, model, messages and every sampling parameter, so an identical
+  rerun makes no calls, and a killed run loses at most the calls in flight;
+- **retries** with exponential backoff and jitter on 429, 5xx, timeouts and
+  connection errors (``Retry-After`` honoured), and a per-call timeout;
+- **bounded concurrency** for batches (:meth:`LLM.map`), with an error policy
+  (``"raise"`` or ``"record"``) and a progress bar;
+- **usage and cost** per call and summed (:attr:`LLM.usage`), given a price table;
+- **logprobs** and top logprobs passed through when asked for.
+
+The API key never appears in the cache, logs, reprs or exceptions.
+
+Environment: ``FABNB_LLM_BASE_URL``, ``FABNB_LLM_API_KEY``, ``FABNB_LLM_MODEL``
+(``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` are read as fallbacks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import random
+import sqlite3
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+log = logging.getLogger("fabnb.llm")
+
+#: Sampling parameters that are part of a call's identity (and its cache key).
+PARAMS = ("temperature", "top_p", "max_tokens", "seed", "stop", "response_format", "logprobs", "top_logprobs",
+          "frequency_penalty", "presence_penalty", "n")
+
+
+class LLMError(RuntimeError):
+    """A call that failed after its retries; the message names the cause, never the key."""
+
+    def __init__(self, message: str, cause: str = "error", status: int | None = None):
+        super().__init__(message)
+        self.cause = cause
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One answer.
+
+    Attributes
+    ----------
+    text : str
+    model : str
+        The model the server says answered.
+    finish_reason : str or None
+    prompt_tokens, completion_tokens : int
+    logprobs : list of dict or None
+        ``[{"token", "logprob", "top_logprobs": [{"token", "logprob"}, ...]}, ...]``.
+    cached : bool
+        Served from the cache (no request made).
+    latency_s : float
+        Wall time of the request (0 for cached answers).
+    cost : float or None
+        From the price table, where one was given.
+    key : str
+        The cache key (a SHA-256 of the request without the API key).
+    """
+
+    text: str
+    model: str
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    logprobs: list | None = None
+    cached: bool = False
+    latency_s: float = 0.0
+    cost: float | None = None
+    key: str = ""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A call recorded as failed under ``error_policy="record"``."""
+
+    error: str
+    cause: str
+    status: int | None = None
+    key: str = ""
+
+
+def request_key(base_url: str, model: str, messages: list, params: dict) -> str:
+    """The cache key of a request: SHA-256 of its canonical JSON (base URL, model, messages, parameters)."""
+    body = {"base_url": base_url.rstrip("/"), "model": model, "messages": messages,
+            "params": {k: params[k] for k in sorted(params) if params[k] is not None}}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+class ResponseCache:
+    """A persistent cache of answers in one SQLite file.
+
+    Every answer is committed in its own transaction as it arrives (WAL journal,
+    synchronous writes), so a killed process leaves every earlier answer readable
+    and no half-written row. Safe to share between threads and processes.
+
+    Parameters
+    ----------
+    path : path
+        The SQLite file; its folder is created.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, request TEXT NOT NULL, "
+                         "response TEXT NOT NULL, created REAL NOT NULL)")
+
+    def get(self, key: str) -> dict | None:
+        with self._lock:
+            row = self._db.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put(self, key: str, request: dict, response: dict) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?)",
+                             (key, json.dumps(request, ensure_ascii=False), json.dumps(response), time.time()))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __repr__(self) -> str:
+        return f"ResponseCache({str(self.path)!r})"
+
+
+def default_cache_path() -> Path:
+    """``$FABNB_CACHE_DIR/llm.sqlite`` (default ``~/.cache/fabnb/llm.sqlite``)."""
+    from .datasets import cache_dir
+
+    return cache_dir() / "llm.sqlite"
+
+
+@dataclass
+class _Usage:
+    records: list = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, **record) -> None:
+        with self.lock:
+            self.records.append(record)
+
+
+class LLM:
+    """A chat model behind an OpenAI-compatible endpoint.
+
+    Parameters
+    ----------
+    model : str
+        Model name as the server knows it.
+    base_url : str
+        The endpoint (``.../v1``).
+    api_key : str, optional
+        Kept private: never in reprs, logs, caches or error messages.
+    cache : bool, path or ResponseCache
+        True: :func:`default_cache_path`; False/None: no cache.
+    timeout : float
+        Per-call timeout in seconds.
+    max_retries : int
+        Retries after the first attempt, on 429, 5xx, timeouts and connection errors.
+    backoff : float
+        First retry delay in seconds; doubles each retry, with up to 50% jitter, capped at 30 s.
+    concurrency : int
+        Calls in flight at once in :meth:`map` / :meth:`acomplete`.
+    prices : dict, optional
+        ``{"prompt": $ per 1M tokens, "completion": $ per 1M tokens}``.
+    defaults : dict, optional
+        Sampling parameters applied to every call unless overridden.
+
+    Examples
+    --------
+    >>> llm = LLM("my-model", "http://127.0.0.1:8000/v1", api_key="sk-secret", cache=False)
+    >>> llm
+    LLM(model='my-model', base_url='http://127.0.0.1:8000/v1', api_key=set, cache=None)
+    """
+
+    def __init__(self, model: str, base_url: str, api_key: str | None = None, *, cache=True,
+                 timeout: float = 120.0, max_retries: int = 4, backoff: float = 1.0, concurrency: int = 8,
+                 prices: dict | None = None, defaults: dict | None = None):
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.__key = api_key or "not-needed"
+        self._has_key = api_key is not None
+        if cache is True:
+            cache = ResponseCache(default_cache_path())
+        elif isinstance(cache, (str, Path)):
+            cache = ResponseCache(cache)
+        # Not `cache or None`: an empty ResponseCache has len 0 and would read as false.
+        self.cache: ResponseCache | None = cache if isinstance(cache, ResponseCache) else None
+        self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
+        self.concurrency = concurrency
+        self.prices = prices
+        self.defaults = dict(defaults or {})
+        self._usage = _Usage()
+        self._clients: dict = {}
+
+    @classmethod
+    def from_env(cls, **kwargs) -> "LLM | None":
+        """An LLM from ``FABNB_LLM_*`` (or ``OPENAI_*``) variables; None if no endpoint is configured."""
+        base = os.environ.get("FABNB_LLM_BASE_URL") or os.environ.get("OPENAI_BASE_URL")
+        key = os.environ.get("FABNB_LLM_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        model = os.environ.get("FABNB_LLM_MODEL")
+        if not (base or key):
+            return None
+        if not model:
+            raise LLMError("FABNB_LLM_MODEL is not set: name the model the endpoint serves.", "config")
+        return cls(model, base or "https://api.openai.com/v1", key, **kwargs)
+
+    def __repr__(self) -> str:
+        return (f"LLM(model={self.model!r}, base_url={self.base_url!r}, api_key={'set' if self._has_key else 'none'}, "
+                f"cache={str(self.cache.path) if self.cache else None!r})")
+
+    def __getstate__(self):
+        raise TypeError("an LLM holds a secret and is not picklable; pass its settings instead.")
+
+    # ------------------------------------------------------------- internals
+    def _sanitize(self, text: str) -> str:
+        return text.replace(self.__key, "***") if self._has_key and len(self.__key) > 3 else text
+
+    def _client(self, asynchronous: bool):
+        import openai
+
+        # One client per thread and kind: an async client is bound to the loop it was made in.
+        ident = (asynchronous, threading.get_ident(), id(asyncio.get_running_loop()) if asynchronous else 0)
+        if ident not in self._clients:
+            cls = openai.AsyncOpenAI if asynchronous else openai.OpenAI
+            self._clients[ident] = cls(api_key=self.__key, base_url=self.base_url, timeout=self.timeout,
+                                       max_retries=0)
+        return self._clients[ident]
+
+    def _prepare(self, messages, params: dict):
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        unknown = set(params) - set(PARAMS) - {"extra_body"}
+        if unknown:
+            raise ValueError(f"unknown parameter(s) {sorted(unknown)}; allowed: {list(PARAMS)}")
+        merged = {**self.defaults, **params}
+        return messages, merged, request_key(self.base_url, self.model, messages, merged)
+
+    def _cost(self, prompt: int, completion: int) -> float | None:
+        if not self.prices:
+            return None
+        return (prompt * self.prices.get("prompt", 0) + completion * self.prices.get("completion", 0)) / 1e6
+
+    def _parse(self, response, key: str, latency: float) -> Completion:
+        choice = response.choices[0]
+        logprobs = None
+        if getattr(choice, "logprobs", None) is not None and choice.logprobs.content is not None:
+            logprobs = [{"token": t.token, "logprob": t.logprob,
+                         "top_logprobs": [{"token": a.token, "logprob": a.logprob} for a in (t.top_logprobs or [])]}
+                        for t in choice.logprobs.content]
+        usage = response.usage
+        prompt = getattr(usage, "prompt_tokens", 0) or 0
+        completion = getattr(usage, "completion_tokens", 0) or 0
+        return Completion(text=choice.message.content or "", model=response.model or self.model,
+                          finish_reason=choice.finish_reason, prompt_tokens=prompt, completion_tokens=completion,
+                          logprobs=logprobs, cached=False, latency_s=latency, cost=self._cost(prompt, completion),
+                          key=key)
+
+    def _retry_delay(self, attempt: int, exc) -> float | None:
+        """Seconds to wait before retrying ``exc``, or None if it must not be retried."""
+        import openai
+
+        status = getattr(exc, "status_code", None)
+        retryable = isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError,
+                                     openai.InternalServerError)) or (status is not None and status >= 500)
+        if not retryable or attempt >= self.max_retries:
+            return None
+        delay = min(30.0, self.backoff * 2 ** attempt) * (1 + 0.5 * random.random())
+        response = getattr(exc, "response", None)
+        retry_after = response.headers.get("retry-after") if response is not None else None
+        if retry_after:
+            try:
+                delay = max(delay, min(60.0, float(retry_after)))
+            except ValueError:
+                pass
+        return delay
+
+    def _error(self, exc) -> LLMError:
+        import openai
+
+        status = getattr(exc, "status_code", None)
+        cause = ("timeout" if isinstance(exc, openai.APITimeoutError) else
+                 "connection" if isinstance(exc, openai.APIConnectionError) else
+                 "rate-limit" if isinstance(exc, openai.RateLimitError) else
+                 f"http-{status}" if status else type(exc).__name__)
+        text = self._sanitize(str(exc))[:500]
+        return LLMError(f"{self.model} at {self.base_url}: {cause} after {self.max_retries + 1} attempt(s): {text}",
+                        cause, status)
+
+    def _from_cache(self, key: str) -> Completion | None:
+        if self.cache is None:
+            return None
+        hit = self.cache.get(key)
+        if hit is None:
+            return None
+        done = Completion(**{**hit, "cached": True, "latency_s": 0.0, "key": key})
+        self._record(done)
+        return done
+
+    def _store(self, key: str, messages, params: dict, done: Completion) -> None:
+        if self.cache is not None:
+            request = {"base_url": self.base_url, "model": self.model, "messages": messages, "params": params}
+            self.cache.put(key, request, {k: v for k, v in asdict(done).items() if k not in ("cached", "key")})
+        self._record(done)
+
+    def _record(self, done: Completion) -> None:
+        self._usage.add(model=done.model, cached=done.cached, prompt_tokens=done.prompt_tokens,
+                        completion_tokens=done.completion_tokens, latency_s=done.latency_s, cost=done.cost)
+
+    # ---------------------------------------------------------------- calls
+    def complete(self, messages, **params) -> Completion:
+        """One chat completion (sync), from the cache when the same request was answered before.
+
+        Parameters
+        ----------
+        messages : str or list of dict
+            A user prompt, or OpenAI chat messages.
+        **params
+            Any of :data:`PARAMS`, and ``extra_body`` for server-specific fields.
+
+        Raises
+        ------
+        LLMError
+            After the retries, naming the cause (``timeout``, ``connection``,
+            ``rate-limit``, ``http-<status>``) and never the key.
+        """
+        messages, params, key = self._prepare(messages, params)
+        hit = self._from_cache(key)
+        if hit is not None:
+            return hit
+        for attempt in range(self.max_retries + 1):
+            start = time.perf_counter()
+            try:
+                response = self._client(False).chat.completions.create(model=self.model, messages=messages, **params)
+            except Exception as exc:  # noqa: BLE001 - classified by _retry_delay / _error
+                delay = self._retry_delay(attempt, exc)
+                if delay is None:
+                    raise self._error(exc) from None
+                log.info("retrying %s in %.1f s after %s", self.model, delay, type(exc).__name__)
+                time.sleep(delay)
+                continue
+            done = self._parse(response, key, time.perf_counter() - start)
+            self._store(key, messages, params, done)
+            return done
+        raise AssertionError("unreachable")
+
+    async def acomplete(self, messages, semaphore: asyncio.Semaphore | None = None, **params) -> Completion:
+        """:meth:`complete`, asynchronously; ``semaphore`` bounds how many run at once."""
+        messages, params, key = self._prepare(messages, params)
+        hit = self._from_cache(key)
+        if hit is not None:
+            return hit
+        semaphore = semaphore or asyncio.Semaphore(self.concurrency)
+        for attempt in range(self.max_retries + 1):
+            async with semaphore:
+                start = time.perf_counter()
+                try:
+                    response = await self._client(True).chat.completions.create(
+                        model=self.model, messages=messages, **params)
+                except Exception as exc:  # noqa: BLE001
+                    delay = self._retry_delay(attempt, exc)
+                    if delay is None:
+                        raise self._error(exc) from None
+                else:
+                    done = self._parse(response, key, time.perf_counter() - start)
+                    self._store(key, messages, params, done)
+                    return done
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def map(self, requests, error_policy: str = "raise", progress: bool | str = False) -> list:
+        """Run many calls at once, at most :attr:`concurrency` in flight, results in input order.
+
+        Parameters
+        ----------
+        requests : iterable
+            Each a prompt string, a message list, or a dict ``{"messages": ..., **params}``.
+        error_policy : {"raise", "record"}
+            ``"raise"`` re-raises the first failure after the batch settles;
+            ``"record"`` returns a :class:`Failure` in that call's place.
+        progress : bool or str
+            Show a progress bar (a string is its label).
+
+        Works inside Jupyter: the batch runs on its own event loop in a worker thread.
+        """
+        if error_policy not in ("raise", "record"):
+            raise ValueError(f"error_policy must be 'raise' or 'record', not {error_policy!r}")
+        items = [r if isinstance(r, dict) else {"messages": r} for r in requests]
+
+        async def run():
+            semaphore = asyncio.Semaphore(self.concurrency)
+            bar = None
+            if progress:
+                from tqdm.auto import tqdm
+
+                bar = tqdm(total=len(items), desc=progress if isinstance(progress, str) else self.model)
+
+            async def one(item):
+                item = dict(item)
+                messages = item.pop("messages")
+                try:
+                    return await self.acomplete(messages, semaphore, **item)
+                except LLMError as exc:
+                    return Failure(str(exc), exc.cause, exc.status)
+                finally:
+                    if bar is not None:
+                        bar.update(1)
+
+            try:
+                return await asyncio.gather(*(one(i) for i in items))
+            finally:
+                if bar is not None:
+                    bar.close()
+
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            results = pool.submit(asyncio.run, run()).result()
+        if error_policy == "raise":
+            for r in results:
+                if isinstance(r, Failure):
+                    raise LLMError(r.error, r.cause, r.status)
+        return results
+
+    @property
+    def usage(self):
+        """Per-call usage as a DataFrame: model, cached, prompt_tokens, completion_tokens, latency_s, cost."""
+        import pandas as pd
+
+        with self._usage.lock:
+            return pd.DataFrame(list(self._usage.records),
+                                columns=["model", "cached", "prompt_tokens", "completion_tokens", "latency_s", "cost"])
+
+    def usage_summary(self) -> dict:
+        """Totals: calls, requests (not cached), cached, prompt and completion tokens, cost."""
+        u = self.usage
+        return {"calls": len(u), "requests": int((~u["cached"]).sum()) if len(u) else 0,
+                "cached": int(u["cached"].sum()) if len(u) else 0,
+                "prompt_tokens": int(u["prompt_tokens"].sum()), "completion_tokens": int(u["completion_tokens"].sum()),
+                "cost": float(u["cost"].sum()) if self.prices else None}
+
+
+def parse_json(text: str) -> dict | list:
+    """The JSON object in a model's answer: bare, fenced in Markdown, or the first ``{...}`` span.
+
+    Raises
+    ------
+    ValueError
+        When there is no parsable JSON object, saying what was found.
+    """
+    candidates = [text.strip()]
+    if "```" in text:
+        for block in text.split("```")[1::2]:
+            candidates.append(block.split("\n", 1)[1] if block.lstrip().startswith(("json", "JSON")) else block)
+    start, end = text.find("{"), text.rfind("}")
+    if 0 <= start < end:
+        candidates.append(text[start:end + 1])
+    for c in candidates:
+        try:
+            return json.loads(c)
+        except (json.JSONDecodeError, ValueError):
+            continue
+    snippet = text.strip().replace("\n", " ")[:80]
+    raise ValueError(f"no JSON object in the answer (starts {snippet!r})")

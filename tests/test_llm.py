@@ -1,0 +1,158 @@
+"""The LLM client against a scripted loopback server: cache, retries, concurrency, secrets."""
+
+import json
+import logging
+import pickle
+import sqlite3
+import time
+
+import pytest
+
+from fabnb.llm import LLM, Failure, LLMError, ResponseCache, parse_json, request_key
+
+from stub_openai import StubServer, completion, echo
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+@pytest.fixture
+def cache(tmp_path):
+    return ResponseCache(tmp_path / "llm.sqlite")
+
+
+def test_identical_rerun_makes_no_request(cache):
+    with StubServer() as s:
+        llm = LLM("m", s.base_url, SECRET, cache=cache)
+        a = llm.complete("hello", temperature=0.3)
+        b = llm.complete("hello", temperature=0.3)
+        c = llm.complete("hello", temperature=0.4)  # another parameter: another call
+        assert len(s.requests) == 2
+    assert a.text == b.text == "echo: hello" and not a.cached and b.cached and not c.cached
+    assert llm.usage_summary()["requests"] == 2 and llm.usage_summary()["cached"] == 1
+
+
+def test_key_covers_base_url_model_messages_and_every_parameter():
+    base = request_key("http://a/v1", "m", [{"role": "user", "content": "x"}], {"temperature": 0.5})
+    assert base != request_key("http://b/v1", "m", [{"role": "user", "content": "x"}], {"temperature": 0.5})
+    assert base != request_key("http://a/v1", "n", [{"role": "user", "content": "x"}], {"temperature": 0.5})
+    assert base != request_key("http://a/v1", "m", [{"role": "user", "content": "y"}], {"temperature": 0.5})
+    assert base != request_key("http://a/v1", "m", [{"role": "user", "content": "x"}], {"temperature": 0.5, "seed": 1})
+    assert base == request_key("http://a/v1/", "m", [{"role": "user", "content": "x"}], {"temperature": 0.5, "stop": None})
+
+
+def test_retries_on_429_and_5xx_then_succeeds(cache):
+    def flaky(request, n):
+        if n == 1:
+            return 429, {"error": {"message": "slow down"}}, {"Retry-After": "0"}
+        if n == 2:
+            return 503, {"error": {"message": "busy"}}, {}
+        return echo(request, n)
+
+    with StubServer(flaky) as s:
+        llm = LLM("m", s.base_url, SECRET, cache=cache, backoff=0.01)
+        assert llm.complete("hi").text == "echo: hi"
+        assert len(s.requests) == 3
+
+
+def test_client_errors_are_not_retried_and_name_the_cause(cache):
+    with StubServer(lambda r, n: (400, {"error": {"message": "bad request"}}, {})) as s:
+        llm = LLM("m", s.base_url, SECRET, cache=cache, backoff=0.01)
+        with pytest.raises(LLMError) as info:
+            llm.complete("hi")
+        assert len(s.requests) == 1
+    assert info.value.cause == "http-400" and "bad request" in str(info.value)
+
+
+def test_timeout_is_retried_then_reported(cache):
+    with StubServer(delay=0.5) as s:
+        llm = LLM("m", s.base_url, SECRET, cache=cache, timeout=0.1, max_retries=2, backoff=0.01)
+        with pytest.raises(LLMError, match="timeout after 3 attempt"):
+            llm.complete("slow")
+
+
+def test_secret_never_leaks(cache, caplog):
+    caplog.set_level(logging.DEBUG)
+    with StubServer(lambda r, n: (500, {"error": {"message": f"echoing your key {SECRET}"}}, {})) as s:
+        llm = LLM("m", s.base_url, SECRET, cache=cache, max_retries=1, backoff=0.01)
+        with pytest.raises(LLMError) as info:
+            llm.complete("hi")
+        assert s.headers[0]["authorization"] == f"Bearer {SECRET}"  # it was sent to the server ...
+    assert SECRET not in str(info.value) and "***" in str(info.value)  # ... and nowhere else
+    assert SECRET not in repr(llm) and SECRET not in caplog.text
+    with pytest.raises(TypeError, match="not picklable"):
+        pickle.dumps(llm)
+    with StubServer() as s:
+        llm = LLM("m", s.base_url, SECRET, cache=cache)
+        llm.complete("stored")
+    raw = sqlite3.connect(cache.path).execute("SELECT request, response FROM responses").fetchall()
+    assert raw and SECRET not in json.dumps(raw)
+
+
+def test_map_bounds_concurrency_and_keeps_order(cache):
+    with StubServer(delay=0.2) as s:
+        llm = LLM("m", s.base_url, cache=cache, concurrency=4)
+        start = time.perf_counter()
+        out = llm.map([f"q{i}" for i in range(8)])
+        elapsed = time.perf_counter() - start
+    assert [c.text for c in out] == [f"echo: q{i}" for i in range(8)]
+    assert elapsed >= 0.39  # 8 calls, 4 at a time, 0.2 s each: at least two rounds
+
+
+def test_map_error_policy(cache):
+    def half(request, n):
+        if "bad" in request["messages"][-1]["content"]:
+            return 400, {"error": {"message": "nope"}}, {}
+        return echo(request, n)
+
+    with StubServer(half) as s:
+        llm = LLM("m", s.base_url, cache=cache)
+        out = llm.map(["ok", "bad", "ok2"], error_policy="record")
+        assert isinstance(out[1], Failure) and out[1].cause == "http-400" and out[2].text == "echo: ok2"
+        with pytest.raises(LLMError, match="nope"):
+            llm.map(["bad"])
+
+
+def test_logprobs_and_cost_pass_through(cache):
+    lp = [{"token": "7", "logprob": -0.1, "top_logprobs": [{"token": "7", "logprob": -0.1},
+                                                          {"token": "8", "logprob": -2.4}]}]
+    with StubServer(lambda r, n: (200, completion("7", logprobs=lp, prompt_tokens=1000, completion_tokens=500), {})) as s:
+        llm = LLM("m", s.base_url, cache=cache, prices={"prompt": 2.0, "completion": 8.0})
+        done = llm.complete("score?", logprobs=True, top_logprobs=2)
+        assert s.requests[0]["logprobs"] is True and s.requests[0]["top_logprobs"] == 2
+    assert done.logprobs[0]["top_logprobs"][1] == {"token": "8", "logprob": -2.4}
+    assert done.cost == pytest.approx((1000 * 2 + 500 * 8) / 1e6)
+    again = llm.complete("score?", logprobs=True, top_logprobs=2)
+    assert again.cached and again.logprobs == done.logprobs
+
+
+def test_unknown_parameter_is_refused():
+    llm = LLM("m", "http://127.0.0.1:9/v1", cache=False)
+    with pytest.raises(ValueError, match="unknown parameter"):
+        llm.complete("x", temprature=0.1)
+
+
+def test_from_env(monkeypatch):
+    for v in ("FABNB_LLM_BASE_URL", "FABNB_LLM_API_KEY", "FABNB_LLM_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(v, raising=False)
+    assert LLM.from_env(cache=False) is None
+    monkeypatch.setenv("FABNB_LLM_BASE_URL", "http://127.0.0.1:1/v1")
+    with pytest.raises(LLMError, match="FABNB_LLM_MODEL is not set"):
+        LLM.from_env(cache=False)
+    monkeypatch.setenv("FABNB_LLM_MODEL", "x")
+    monkeypatch.setenv("FABNB_LLM_API_KEY", SECRET)
+    llm = LLM.from_env(cache=False)
+    assert llm.model == "x" and SECRET not in repr(llm)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ('{"a": 1}', {"a": 1}),
+    ('Sure!\n```json\n{"a": 2}\n```', {"a": 2}),
+    ('prefix {"a": 3} suffix', {"a": 3}),
+])
+def test_parse_json(text, expected):
+    assert parse_json(text) == expected
+
+
+def test_parse_json_says_what_it_found():
+    with pytest.raises(ValueError, match="no JSON object in the answer \\(starts 'I cannot do"):
+        parse_json("I cannot do that.")
