@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -30,18 +31,22 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--delay", type=float, default=0.25)
     parser.add_argument("--calls", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per concurrency; the median is reported")
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"server delay {args.delay} s, {args.calls} calls")
     with StubServer(delay=args.delay) as server, tempfile.TemporaryDirectory() as tmp:
         for concurrency in (1, 8, 32):
             calls = args.calls if concurrency > 1 else max(16, args.calls // 4)
-            llm = LLM("stub", server.base_url, cache=ResponseCache(Path(tmp) / f"c{concurrency}.sqlite"),
-                      concurrency=concurrency)
-            prompts = [f"c{concurrency} q{i}" for i in range(calls)]
-            start = time.perf_counter()
-            llm.map(prompts)
-            first = time.perf_counter() - start
+            firsts = []
+            for r in range(args.repeat):
+                llm = LLM("stub", server.base_url, cache=ResponseCache(Path(tmp) / f"c{concurrency}-{r}.sqlite"),
+                          concurrency=concurrency)
+                prompts = [f"c{concurrency} r{r} q{i}" for i in range(calls)]
+                start = time.perf_counter()
+                llm.map(prompts)
+                firsts.append(time.perf_counter() - start)
+            first = statistics.median(firsts)
             bound = calls * args.delay / concurrency
             before = len(server.requests)
             start = time.perf_counter()
@@ -49,7 +54,8 @@ def main() -> None:
             cached = time.perf_counter() - start
             reached = len(server.requests) - before
             assert all(c.cached for c in again)
-            print(f"concurrency {concurrency:>2}: {calls} calls in {first:.2f} s, bound {bound:.2f} s, "
+            print(f"concurrency {concurrency:>2}: {calls} calls in {first:.2f} s (median of {args.repeat}), "
+                  f"bound {bound:.2f} s, "
                   f"ratio {first / bound:.2f}; cached rerun {cached * 1000:.0f} ms "
                   f"({100 * cached / first:.1f}% of the first run), {reached} requests reached the server")
 

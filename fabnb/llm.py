@@ -436,6 +436,10 @@ class LLM:
             finally:
                 if bar is not None:
                     bar.close()
+                # This loop ends with the batch: close its client here, not at garbage collection.
+                client = self._clients.pop((True, threading.get_ident(), id(asyncio.get_running_loop())), None)
+                if client is not None:
+                    await client.close()
 
         with ThreadPoolExecutor(max_workers=1) as pool:
             results = pool.submit(asyncio.run, run()).result()

@@ -1,0 +1,83 @@
+"""RAG-TESTER generators against a scripted server: selection strategy, checks, bookkeeping."""
+
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from fabnb.llm import LLM
+from fabnb.passages import CoverageTracker, rank_by_complexity
+from fabnb.testcases import (REFUSAL, absence_share, complex_passage_tests, coverage_tests, fair_baseline_tests,
+                             negative_rejection_tests, random_tests)
+
+from stub_openai import StubServer, completion
+
+
+def writer(request, n):
+    """Quote the passage's first sentence; for negative prompts, ask for a detail chosen by the test."""
+    prompt = request["messages"][-1]["content"]
+    passage = prompt.split("PASSAGE:\n", 1)[1].rsplit("\n\nJSON:", 1)[0]
+    if "does not give" in prompt:
+        detail = "zorblax ferronium coefficient" if n % 2 else passage.split()[2] + " " + passage.split()[3]
+        return 200, completion(json.dumps({"question": f"What is the {detail} in case {n}?", "missing_detail": detail})), {}
+    first = re.split(r"(?<=[.!?])\s", passage.strip())[0]
+    return 200, completion(json.dumps({"evidence": first, "question": f"What does case {n} state about it?",
+                                       "answer": first, "keywords": first.split()[:2]})), {}
+
+
+@pytest.fixture(scope="module")
+def stub():
+    with StubServer(writer) as s:
+        yield LLM("stub", s.base_url, cache=False)
+
+
+def test_complex_passage_tests_take_the_hardest_chunks(evidence_chunks, stub):
+    chunks, _ = evidence_chunks
+    suite = complex_passage_tests(chunks, stub, 4)
+    hardest = rank_by_complexity(chunks).chunk_id.tolist()[:4]
+    assert suite.tests.source_chunk.tolist() == hardest
+    assert (suite.tests.kind == "positive").all() and suite.tests.keywords.map(len).gt(0).all()
+
+
+def test_negative_tests_are_kept_only_when_retrieval_finds_no_answer(evidence_chunks, stub):
+    chunks, vectors = evidence_chunks
+    suite = negative_rejection_tests(chunks, vectors, stub, 3, seed=1)
+    assert len(suite) == 3 and (suite.tests.expected_answer == REFUSAL).all()
+    assert (suite.tests.absence_max_share < 0.5).all()
+    # the stub's other answers name words taken from the passage itself: retrieval finds them, so rejected
+    assert suite.rejected.reason.str.startswith("not absent").any()
+
+
+def test_absence_share_by_hand(evidence_chunks):
+    chunks, vectors = evidence_chunks
+    text = chunks.text.iloc[0]
+    words = [w for w in re.findall(r"[a-z]{5,}", text.lower())][:3]
+    assert absence_share(" ".join(words), text, vectors, chunks) == 1.0
+    assert absence_share("zorblax ferronium", "zorblax ferronium", vectors, chunks) == 0.0
+
+
+def test_coverage_tests_hand_out_untouched_chunks_and_mark_them(evidence_chunks, stub):
+    chunks, _ = evidence_chunks
+    tracker = CoverageTracker(chunks)
+    first = coverage_tests(chunks, stub, 3, tracker)
+    second = coverage_tests(chunks, stub, 3, tracker)
+    assert not set(first.tests.source_chunk) & set(second.tests.source_chunk)
+    assert tracker.coverage() == pytest.approx(6 / len(chunks))
+
+
+def test_random_and_fair_baselines(evidence_chunks, stub):
+    chunks, vectors = evidence_chunks
+    plain = random_tests(chunks, stub, 4, seed=3)
+    assert len(plain) == 4 and (plain.tests.kind == "positive").all()
+    fair = fair_baseline_tests(chunks, vectors, stub, 4, negative_share=0.5, seed=3)
+    assert fair.tests.kind.value_counts().to_dict() == {"positive": 2, "negative": 2}
+    assert (fair.tests.generator == "fair_baseline").all() and fair.tests.test_id.is_unique
+
+
+def test_bad_model_output_is_rejected_with_reason(evidence_chunks):
+    chunks, _ = evidence_chunks
+    with StubServer(lambda r, n: (200, completion('{"evidence": "made up", "question": "What is it, really?", '
+                                                  '"answer": "x", "keywords": ["x"]}'), {})) as s:
+        suite = random_tests(chunks, LLM("stub", s.base_url, cache=False), 2)
+    assert len(suite) == 0 and suite.rejected.reason.str.startswith("evidence not in the passage").all()
