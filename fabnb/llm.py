@@ -17,7 +17,8 @@ model (:mod:`fabnb.local`). What :class:`LLM` adds to the ``openai`` package:
 The API key never appears in the cache, logs, reprs or exceptions.
 
 Environment: ``FABNB_LLM_BASE_URL``, ``FABNB_LLM_API_KEY``, ``FABNB_LLM_MODEL``
-(``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` are read as fallbacks).
+(``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` are read as fallbacks), and
+``FABNB_LLM_SCHEMA_STYLE=llama.cpp`` for a llama.cpp server (see ``schema_style``).
 """
 
 from __future__ import annotations
@@ -190,6 +191,11 @@ class LLM:
         ``{"prompt": $ per 1M tokens, "completion": $ per 1M tokens}``.
     defaults : dict, optional
         Sampling parameters applied to every call unless overridden.
+    schema_style : {"openai", "llama.cpp"}
+        How a JSON schema travels. Callers write llama.cpp's shape,
+        ``{"type": "json_object", "schema": S}``; with ``"openai"`` (the default) it is
+        sent as OpenAI's ``{"type": "json_schema", "json_schema": {"name": ..., "schema": S}}``,
+        which llama.cpp's server refuses and OpenAI requires.
 
     Examples
     --------
@@ -200,7 +206,10 @@ class LLM:
 
     def __init__(self, model: str, base_url: str, api_key: str | None = None, *, cache=True,
                  timeout: float = 120.0, max_retries: int = 4, backoff: float = 1.0, concurrency: int = 8,
-                 prices: dict | None = None, defaults: dict | None = None):
+                 prices: dict | None = None, defaults: dict | None = None, schema_style: str = "openai"):
+        if schema_style not in ("openai", "llama.cpp"):
+            raise ValueError(f"schema_style must be 'openai' or 'llama.cpp', not {schema_style!r}")
+        self.schema_style = schema_style
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.__key = api_key or "not-needed"
@@ -228,6 +237,7 @@ class LLM:
             return None
         if not model:
             raise LLMError("FABNB_LLM_MODEL is not set: name the model the endpoint serves.", "config")
+        kwargs.setdefault("schema_style", os.environ.get("FABNB_LLM_SCHEMA_STYLE", "openai"))
         return cls(model, base or "https://api.openai.com/v1", key, **kwargs)
 
     def __repr__(self) -> str:
@@ -259,6 +269,11 @@ class LLM:
         if unknown:
             raise ValueError(f"unknown parameter(s) {sorted(unknown)}; allowed: {list(PARAMS)}")
         merged = {**self.defaults, **params}
+        fmt = merged.get("response_format")
+        if self.schema_style == "openai" and isinstance(fmt, dict) and fmt.get("type") == "json_object" \
+                and "schema" in fmt:
+            merged["response_format"] = {"type": "json_schema",
+                                         "json_schema": {"name": "response", "schema": fmt["schema"]}}
         return messages, merged, request_key(self.base_url, self.model, messages, merged)
 
     def _cost(self, prompt: int, completion: int) -> float | None:

@@ -168,6 +168,7 @@ class LocalServer:
         if not self.running:
             self.start()
         kwargs.setdefault("concurrency", 1)  # one llama.cpp slot: requests queue anyway
+        kwargs.setdefault("schema_style", "llama.cpp")
         return LLM(MODEL_ALIAS, self.base_url, **kwargs)
 
     def __enter__(self) -> "LocalServer":
@@ -203,7 +204,7 @@ def serve(port: int | None = None, n_ctx: int = 8192) -> None:
     """Run the local server in the foreground until interrupted (``fabnb serve-local``)."""
     server = LocalServer(port=port, n_ctx=n_ctx).start()
     print(f"serving {MODEL_ALIAS} at {server.base_url} (Ctrl-C stops it)")
-    print(f"export FABNB_LLM_BASE_URL={server.base_url} FABNB_LLM_MODEL={MODEL_ALIAS}")
+    print(f"export FABNB_LLM_BASE_URL={server.base_url} FABNB_LLM_MODEL={MODEL_ALIAS} FABNB_LLM_SCHEMA_STYLE=llama.cpp")
     try:
         while server.running:
             time.sleep(1)

@@ -152,7 +152,7 @@ def test_valid_output_in_a_fence():
 def test_invalid_outputs_are_counted_and_retried_with_more_temperature(tmp_path):
     chunks, contexts = small_contexts()
     with StubServer(qa_reply(broken_first=2)) as s:
-        llm = LLM("stub", s.base_url, cache=ResponseCache(tmp_path / "c.sqlite"))
+        llm = LLM("stub", s.base_url, cache=ResponseCache(tmp_path / "c.sqlite"), schema_style="llama.cpp")
         run = G.generate_qa(contexts, llm, n=3, chunks=chunks)
     a = run.attempts
     assert len(run.pairs) == 3

@@ -156,3 +156,15 @@ def test_parse_json(text, expected):
 def test_parse_json_says_what_it_found():
     with pytest.raises(ValueError, match="no JSON object in the answer \\(starts 'I cannot do"):
         parse_json("I cannot do that.")
+
+
+def test_schema_travels_in_the_servers_dialect():
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    with StubServer() as s:
+        LLM("m", s.base_url, cache=False).complete("x", response_format={"type": "json_object", "schema": schema})
+        LLM("m", s.base_url, cache=False, schema_style="llama.cpp").complete(
+            "x", response_format={"type": "json_object", "schema": schema})
+    assert s.requests[0]["response_format"] == {"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
+    assert s.requests[1]["response_format"] == {"type": "json_object", "schema": schema}
+    with pytest.raises(ValueError, match="schema_style"):
+        LLM("m", "http://127.0.0.1:9/v1", cache=False, schema_style="anthropic")
