@@ -1,0 +1,386 @@
+"""Expert rating: an append-only store that loses nothing, rating sessions, agreement.
+
+FAB-Bench's experts rated QA pairs on four dimensions (Appendix D; 1-5 scale). This
+module is the plain-Python core that the rating widget is a thin view over:
+
+- :class:`RatingStore`: one append-only JSONL file per rater. Every rating is
+  written, flushed and fsynced the moment it is made, so a killed kernel loses at
+  most the rating being typed; two raters write to two files. Reading skips (and
+  reports) a line truncated by a crash; the rest loads. The latest rating of an
+  item by a rater wins; earlier ones stay in the file as history.
+- :class:`RatingSession`: one rater, a list of items, seeded order, blind mode
+  (generation metadata and condition labels hidden), resume where the rater stopped.
+- Agreement per dimension: Krippendorff's alpha (ordinal, missing ratings allowed),
+  ICC (Shrout & Fleiss), quadratic-weighted kappa for two raters, each with a
+  bootstrap confidence interval over items; summary tables shaped like Tables 8 and 9.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+#: Appendix D's four dimensions and their one-line definitions (1-5 scale).
+DIMENSIONS: dict[str, str] = {
+    "accuracy": "Factual correctness of the answer, checked against the context.",
+    "relevance": "Alignment of the question and answer with the context.",
+    "difficulty": "Cognitive challenge: how much reading and reasoning it takes.",
+    "diversity": "Novelty relative to the other questions.",
+}
+SCALE = (1, 5)
+#: Fields hidden from a rater in blind mode.
+BLIND_FIELDS = ("generation_metadata", "group", "condition", "model", "config", "source_chapter")
+RATING_COLUMNS = ["rater", "item_id", "dimension", "score", "comment", "ts"]
+
+
+class RatingError(ValueError):
+    """A rating that cannot be stored as it is."""
+
+
+def _safe_name(rater: str) -> str:
+    name = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in rater.strip())
+    if not name or name.startswith("."):
+        raise RatingError(f"rater name {rater!r} cannot name a file; use letters, digits, '-' or '_'.")
+    return name
+
+
+class RatingStore:
+    """Append-only rating files in a folder, one per rater.
+
+    Parameters
+    ----------
+    folder : path
+        Created if missing. Each rater's ratings go to ``<folder>/<rater>.jsonl``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> store = RatingStore(tempfile.mkdtemp())
+    >>> _ = store.add("ana", "ROB_001", {"accuracy": 5, "relevance": 4, "difficulty": 2, "diversity": 3})
+    >>> store.ratings().groupby("dimension").score.first().to_dict()
+    {'accuracy': 5, 'difficulty': 2, 'diversity': 3, 'relevance': 4}
+    """
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def __repr__(self) -> str:
+        return f"RatingStore({str(self.folder)!r}, raters={self.raters()})"
+
+    def path(self, rater: str) -> Path:
+        return self.folder / f"{_safe_name(rater)}.jsonl"
+
+    def raters(self) -> list[str]:
+        return sorted(p.stem for p in self.folder.glob("*.jsonl"))
+
+    def add(self, rater: str, item_id: str, scores: dict, comment: str = "", kind: str = "rating") -> dict:
+        """Check and append one record; it is on disk (fsynced) when this returns.
+
+        Raises
+        ------
+        RatingError
+            For an unknown dimension or a score outside 1-5 (naming them); nothing is written.
+        """
+        if kind == "rating":
+            unknown = set(scores) - set(DIMENSIONS)
+            if unknown:
+                raise RatingError(f"unknown dimension(s) {sorted(unknown)}; rate {list(DIMENSIONS)}.")
+            for dim, value in scores.items():
+                if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or \
+                        not SCALE[0] <= value <= SCALE[1]:
+                    raise RatingError(f"{item_id}: {dim} = {value!r} is not a whole number from {SCALE[0]} to "
+                                      f"{SCALE[1]}; nothing was saved.")
+        record = {"kind": kind, "rater": rater, "item_id": str(item_id),
+                  "scores": {k: int(v) if kind == "rating" else v for k, v in scores.items()},
+                  "comment": str(comment), "ts": time.time()}
+        self._append(rater, record)
+        return record
+
+    def records(self, kind: str = "rating") -> tuple[list[dict], pd.DataFrame]:
+        """Every record of a kind, in file order, and the lines that could not be read.
+
+        Returns
+        -------
+        (records, problems)
+            problems: file, line, message (a line cut off by a crash, broken JSON).
+        """
+        out, problems = [], []
+        for path in sorted(self.folder.glob("*.jsonl")):
+            recs, bad = read_jsonl(path)
+            out += [r for r in recs if r.get("kind", "rating") == kind]
+            problems += bad
+        return out, pd.DataFrame(problems, columns=["file", "line", "message"])
+
+    def ratings(self, history: bool = False) -> pd.DataFrame:
+        """Ratings as a tidy frame: rater, item_id, dimension, score, comment, ts.
+
+        With ``history=False`` only each rater's latest rating of an item counts.
+        """
+        recs, _ = self.records("rating")
+        rows = [{"rater": r["rater"], "item_id": r["item_id"], "dimension": d, "score": int(s),
+                 "comment": r.get("comment", ""), "ts": r["ts"]} for r in recs for d, s in r["scores"].items()]
+        frame = pd.DataFrame(rows, columns=RATING_COLUMNS)
+        if not history and len(frame):
+            last = frame.groupby(["rater", "item_id"])["ts"].transform("max")
+            frame = frame[frame["ts"] == last].reset_index(drop=True)
+        return frame
+
+    def export(self, folder: str | Path) -> tuple[Path, Path]:
+        """Write ``ratings.csv`` (tidy, latest ratings) and ``codebook.csv`` (dimensions, scale, columns)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        ratings = folder / "ratings.csv"
+        self.ratings().to_csv(ratings, index=False)
+        codebook = folder / "codebook.csv"
+        rows = [{"name": d, "kind": "dimension", "meaning": m, "values": f"integer {SCALE[0]}-{SCALE[1]}"}
+                for d, m in DIMENSIONS.items()]
+        rows += [{"name": "rater", "kind": "column", "meaning": "who rated", "values": "text"},
+                 {"name": "item_id", "kind": "column", "meaning": "the QA pair's test_id", "values": "text"},
+                 {"name": "ts", "kind": "column", "meaning": "when (Unix seconds)", "values": "number"}]
+        pd.DataFrame(rows).to_csv(codebook, index=False)
+        return ratings, codebook
+
+    def import_file(self, path: str | Path) -> int:
+        """Add another rater's JSONL file (or CSV export) to this store; returns the ratings added.
+
+        Records already present (same rater, item and time) are not added twice.
+        """
+        path = Path(path)
+        have = {(r["rater"], r["item_id"], r["ts"]) for r in self.records()[0]}
+        if path.suffix == ".csv":
+            frame = pd.read_csv(path)
+            incoming = [{"rater": str(r), "item_id": str(i), "ts": float(t), "comment": str(g["comment"].iloc[0]),
+                         "scores": dict(zip(g["dimension"], g["score"].astype(int)))}
+                        for (r, i, t), g in frame.fillna({"comment": ""}).groupby(["rater", "item_id", "ts"])]
+        else:
+            incoming = [r for r in read_jsonl(path)[0] if r.get("kind", "rating") == "rating"]
+        added = 0
+        for rec in incoming:
+            if (rec["rater"], rec["item_id"], rec["ts"]) in have:
+                continue
+            self._append(rec["rater"], {"kind": "rating", **{k: v for k, v in rec.items() if k != "kind"}})
+            added += 1
+        return added
+
+    def _append(self, rater: str, record: dict) -> None:
+        # One write() of one line in O_APPEND mode: two processes appending to the same file
+        # cannot interleave inside a line; fsync before returning so a crash keeps it.
+        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        fd = os.open(self.path(rater), os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                # A crash left half a line: start on a new one, or this record would be glued to it and lost.
+                line = b"\n" + line
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def read_jsonl(path: Path) -> tuple[list[dict], list[dict]]:
+    """Rating records of one JSONL file, and its unreadable lines (file, line, message)."""
+    out, problems = [], []
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+                if not isinstance(rec, dict) or "item_id" not in rec or "scores" not in rec:
+                    raise ValueError("not a rating record")
+            except ValueError as exc:
+                problems.append({"file": str(path), "line": n,
+                                 "message": f"unreadable line skipped ({str(exc)[:80]}); the other lines are loaded"})
+                continue
+            out.append(rec)
+    return out, problems
+
+
+@dataclass
+class RatingSession:
+    """One rater working through a list of items.
+
+    Parameters
+    ----------
+    items : DataFrame
+        One row per item with an ``item_id`` column (for QA pairs, their ``test_id``).
+    rater : str
+    store : RatingStore
+    seed : int
+        The order the rater sees is a seeded shuffle: the same rater and seed, the same order.
+    blind : bool
+        Hide :data:`BLIND_FIELDS` (generation metadata, condition labels).
+    """
+
+    items: pd.DataFrame
+    rater: str
+    store: RatingStore
+    seed: int = 0
+    blind: bool = True
+
+    def __post_init__(self):
+        if "item_id" not in self.items.columns:
+            raise RatingError("items need an 'item_id' column (e.g. items.rename(columns={'test_id': 'item_id'})).")
+        dup = self.items["item_id"][self.items["item_id"].duplicated()]
+        if len(dup):
+            raise RatingError(f"item ids {sorted(set(dup))[:5]} appear twice in the item list.")
+        order = np.random.default_rng(self.seed).permutation(len(self.items))
+        self.order = self.items["item_id"].to_numpy()[order].tolist()
+        _safe_name(self.rater)
+
+    def view(self, item_id: str) -> dict:
+        """What the rater sees of an item (blind fields removed in blind mode)."""
+        row = self.items[self.items["item_id"] == item_id]
+        if row.empty:
+            raise KeyError(f"no item {item_id!r} in this session")
+        data = row.iloc[0].to_dict()
+        return {k: v for k, v in data.items() if not (self.blind and k in BLIND_FIELDS)}
+
+    def rated(self) -> dict:
+        """item_id -> the latest scores of this rater."""
+        r = self.store.ratings()
+        r = r[r["rater"] == self.rater]
+        return {i: dict(zip(g["dimension"], g["score"])) for i, g in r.groupby("item_id")}
+
+    def rate(self, item_id: str, comment: str = "", **scores) -> dict:
+        """Store this rater's scores for an item, at once."""
+        if item_id not in set(self.order):
+            raise RatingError(f"{item_id!r} is not an item of this session.")
+        return self.store.add(self.rater, item_id, scores, comment)
+
+    def next_unrated(self) -> str | None:
+        """Where to resume: the first item in this rater's order without a complete rating."""
+        done = self.rated()
+        for item in self.order:
+            if set(done.get(item, {})) != set(DIMENSIONS):
+                return item
+        return None
+
+    def progress(self) -> tuple[int, int]:
+        """(items completely rated, items)."""
+        done = self.rated()
+        return sum(1 for i in self.order if set(done.get(i, {})) == set(DIMENSIONS)), len(self.order)
+
+
+# ------------------------------------------------------------------- agreement
+
+
+def rating_matrix(ratings: pd.DataFrame, dimension: str) -> pd.DataFrame:
+    """Raters x items matrix of one dimension (NaN where a rater did not rate an item)."""
+    r = ratings[ratings["dimension"] == dimension]
+    return r.pivot_table(index="rater", columns="item_id", values="score", aggfunc="last")
+
+
+def krippendorff_alpha(matrix: pd.DataFrame | np.ndarray, level: str = "ordinal") -> float:
+    """Krippendorff's alpha of a raters x items matrix; missing ratings (NaN) allowed."""
+    import krippendorff
+
+    data = np.asarray(matrix, dtype=float)
+    if np.sum(~np.isnan(data)) < 2 or np.unique(data[~np.isnan(data)]).size < 2:
+        return float("nan")
+    return float(krippendorff.alpha(reliability_data=data, level_of_measurement=level))
+
+
+def icc(matrix: pd.DataFrame | np.ndarray, kind: str = "ICC2") -> float:
+    """Intraclass correlation (Shrout & Fleiss 1979) of a raters x items matrix.
+
+    Items with a missing rating are dropped. ``ICC1``: one-way random; ``ICC2``:
+    two-way random, absolute agreement; ``ICC3``: two-way mixed, consistency (single rater).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> sf = np.array([[9, 6, 8, 7, 10, 6], [2, 1, 4, 1, 5, 2], [5, 3, 6, 2, 6, 4], [8, 2, 8, 6, 9, 7]])
+    >>> [round(icc(sf, k), 2) for k in ("ICC1", "ICC2", "ICC3")]   # Shrout & Fleiss, Table 4
+    [0.17, 0.29, 0.71]
+    """
+    x = np.asarray(matrix, dtype=float).T  # items x raters
+    x = x[~np.isnan(x).any(axis=1)]
+    n, k = x.shape
+    if n < 2 or k < 2:
+        return float("nan")
+    grand = x.mean()
+    ss_rows = k * np.sum((x.mean(axis=1) - grand) ** 2)
+    ss_cols = n * np.sum((x.mean(axis=0) - grand) ** 2)
+    ss_total = np.sum((x - grand) ** 2)
+    ms_rows = ss_rows / (n - 1)
+    ms_within = (ss_total - ss_rows) / (n * (k - 1))
+    ms_cols = ss_cols / (k - 1)
+    ms_error = (ss_total - ss_rows - ss_cols) / ((n - 1) * (k - 1))
+    if kind == "ICC1":
+        return float((ms_rows - ms_within) / (ms_rows + (k - 1) * ms_within))
+    if kind == "ICC2":
+        return float((ms_rows - ms_error) / (ms_rows + (k - 1) * ms_error + k * (ms_cols - ms_error) / n))
+    if kind == "ICC3":
+        return float((ms_rows - ms_error) / (ms_rows + (k - 1) * ms_error))
+    raise ValueError(f"kind must be ICC1, ICC2 or ICC3, not {kind!r}")
+
+
+def weighted_kappa(a, b, weights: str = "quadratic") -> float:
+    """Cohen's weighted kappa between two raters' scores on the same items (scikit-learn)."""
+    from sklearn.metrics import cohen_kappa_score
+
+    a, b = np.asarray(a), np.asarray(b)
+    keep = ~(pd.isna(a) | pd.isna(b))
+    if keep.sum() < 2:
+        return float("nan")
+    return float(cohen_kappa_score(a[keep].astype(int), b[keep].astype(int), weights=weights,
+                                   labels=list(range(SCALE[0], SCALE[1] + 1))))
+
+
+def agreement(ratings: pd.DataFrame, n_boot: int = 1000, seed: int = 0, ci: float = 0.95) -> pd.DataFrame:
+    """Agreement per dimension with bootstrap confidence intervals (items resampled).
+
+    Returns
+    -------
+    DataFrame
+        dimension, statistic (``alpha_ordinal``, ``ICC2``, and ``kappa_quadratic`` for
+        exactly two raters), value, ci_low, ci_high, n_items, n_raters.
+    """
+    rng = np.random.default_rng(seed)
+    rows = []
+    for dim in DIMENSIONS:
+        m = rating_matrix(ratings, dim)
+        if m.empty:
+            continue
+        stats = {"alpha_ordinal": lambda x: krippendorff_alpha(x), "ICC2": lambda x: icc(x, "ICC2")}
+        if m.shape[0] == 2:
+            stats["kappa_quadratic"] = lambda x: weighted_kappa(x[0], x[1])
+        data = m.to_numpy(dtype=float)
+        for name, fn in stats.items():
+            value = fn(data)
+            boots = []
+            for _ in range(n_boot):
+                cols = rng.integers(0, data.shape[1], data.shape[1])
+                boots.append(fn(data[:, cols]))
+            boots = np.array([b for b in boots if not np.isnan(b)])
+            lo, hi = (np.quantile(boots, [(1 - ci) / 2, 1 - (1 - ci) / 2]) if len(boots) else (np.nan, np.nan))
+            rows.append({"dimension": dim, "statistic": name, "value": value, "ci_low": float(lo),
+                         "ci_high": float(hi), "n_items": data.shape[1], "n_raters": data.shape[0]})
+    return pd.DataFrame(rows)
+
+
+def quality_table(ratings: pd.DataFrame, items: pd.DataFrame, by: str) -> pd.DataFrame:
+    """Mean score per dimension by a column of the items: Table 8 (``by="group"``) or 9 (``"test_type"``).
+
+    Returns
+    -------
+    DataFrame
+        One row per ``by`` value: the four dimensions' means, n_items, n_ratings.
+    """
+    if by not in items.columns:
+        raise RatingError(f"items have no column {by!r}; columns: {list(items.columns)}")
+    merged = ratings.merge(items[["item_id", by]], on="item_id", how="inner")
+    table = merged.pivot_table(index=by, columns="dimension", values="score", aggfunc="mean")
+    table = table.reindex(columns=[d for d in DIMENSIONS if d in table.columns])
+    table["n_items"] = merged.groupby(by)["item_id"].nunique()
+    table["n_ratings"] = merged[merged["dimension"] == "accuracy"].groupby(by).size()
+    return table.reset_index()

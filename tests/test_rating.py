@@ -1,0 +1,142 @@
+"""The rating store loses nothing; sessions; agreement statistics against known values."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fabnb.rating import (DIMENSIONS, RatingError, RatingSession, RatingStore, agreement, icc, krippendorff_alpha,
+                          quality_table, rating_matrix, weighted_kappa)
+
+FULL = {"accuracy": 5, "relevance": 4, "difficulty": 3, "diversity": 2}
+
+
+def test_out_of_range_and_unknown_dimensions_store_nothing(tmp_path):
+    store = RatingStore(tmp_path)
+    store.add("ana", "A", FULL)
+    for bad, message in (({"accuracy": 6}, "accuracy = 6 is not a whole number from 1 to 5"),
+                         ({"accuracy": 2.5}, "accuracy = 2.5"), ({"fluency": 3}, "unknown dimension")):
+        with pytest.raises(RatingError, match=message):
+            store.add("ana", "B", bad)
+    assert store.ratings().item_id.unique().tolist() == ["A"]
+
+
+def test_truncated_line_is_reported_and_the_rest_loads(tmp_path):
+    store = RatingStore(tmp_path)
+    store.add("ana", "A", FULL)
+    with open(store.path("ana"), "ab") as fh:  # a crash in the middle of a write
+        fh.write(b'{"kind": "rating", "rater": "ana", "item_id": "B", "sco')
+    store.add("ana", "C", FULL)  # a later session appends after the broken line
+    recs, problems = store.records()
+    # only the half-written B is lost: C starts on a line of its own
+    assert [r["item_id"] for r in recs] == ["A", "C"] and len(problems) == 1 and problems.line.item() == 2
+    assert "unreadable line skipped" in problems.message.item()
+
+
+def test_rating_twice_keeps_the_latest_and_the_history(tmp_path):
+    store = RatingStore(tmp_path)
+    store.add("ana", "A", FULL)
+    store.add("ana", "A", {**FULL, "accuracy": 2})
+    latest = store.ratings()
+    assert latest[latest.dimension == "accuracy"].score.tolist() == [2]
+    assert len(store.ratings(history=True)) == 8
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    from fabnb.rating import RatingStore
+    store = RatingStore(sys.argv[1])
+    for i in range(int(sys.argv[3])):
+        store.add(sys.argv[2], f"item{i}", {"accuracy": 1 + i % 5, "relevance": 3, "difficulty": 2, "diversity": 4})
+""")
+
+
+def test_two_raters_at_once_and_a_killed_writer(tmp_path):
+    script = tmp_path / "w.py"
+    script.write_text(WRITER)
+    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path / "s"), name, "200"]) for name in ("ana", "ben")]
+    assert [p.wait(60) for p in procs] == [0, 0]
+    store = RatingStore(tmp_path / "s")
+    counts = store.ratings().groupby("rater").item_id.nunique().to_dict()
+    assert counts == {"ana": 200, "ben": 200} and store.records()[1].empty
+    # a writer killed mid-run keeps every rating it had returned from
+    killed = subprocess.Popen([sys.executable, str(script), str(tmp_path / "k"), "cem", "100000"])
+    import time
+    time.sleep(1.5)
+    killed.kill()
+    killed.wait()
+    recs, problems = RatingStore(tmp_path / "k").records()
+    assert len(recs) > 10 and len(problems) <= 1
+
+
+def test_export_codebook_and_import(tmp_path):
+    a = RatingStore(tmp_path / "a")
+    a.add("ana", "A", FULL, comment="clear, but easy")
+    ratings, codebook = a.export(tmp_path / "out")
+    frame = pd.read_csv(ratings)
+    assert set(frame.columns) == {"rater", "item_id", "dimension", "score", "comment", "ts"} and len(frame) == 4
+    assert set(DIMENSIONS) <= set(pd.read_csv(codebook).name)
+    b = RatingStore(tmp_path / "b")
+    b.add("ben", "A", FULL)
+    assert b.import_file(a.path("ana")) == 1 and b.import_file(a.path("ana")) == 0
+    assert b.import_file(ratings) == 0  # the CSV export holds the same rating
+    assert sorted(b.ratings().rater.unique()) == ["ana", "ben"]
+
+
+def test_session_order_blind_mode_and_resume(tmp_path):
+    items = pd.DataFrame({"item_id": [f"Q{i}" for i in range(6)], "question": "q", "group": list("AABBCC"),
+                          "generation_metadata": [{"temperature_used": 0.5}] * 6})
+    store = RatingStore(tmp_path)
+    s1 = RatingSession(items, "ana", store, seed=7)
+    assert s1.order == RatingSession(items, "ana", store, seed=7).order != RatingSession(items, "ana", store, seed=8).order
+    view = s1.view("Q0")
+    assert "generation_metadata" not in view and "group" not in view and view["question"] == "q"
+    assert "group" in RatingSession(items, "ana", store, blind=False).view("Q0")
+    first = s1.next_unrated()
+    s1.rate(first, **FULL)
+    s1.rate(s1.order[1], accuracy=4)  # incomplete: still to do
+    resumed = RatingSession(items, "ana", RatingStore(tmp_path), seed=7)  # a new kernel
+    assert resumed.next_unrated() == s1.order[1] and resumed.progress() == (1, 6)
+    with pytest.raises(RatingError, match="not an item of this session"):
+        s1.rate("Z9", **FULL)
+
+
+def test_krippendorff_on_the_textbook_example():
+    # Krippendorff (2011), 4 coders x 12 units with missing values: nominal 0.743, interval 0.849
+    data = np.array([[1, 2, 3, 3, 2, 1, 4, 1, 2, np.nan, np.nan, np.nan],
+                     [1, 2, 3, 3, 2, 2, 4, 1, 2, 5, np.nan, 3],
+                     [np.nan, 3, 3, 3, 2, 3, 4, 2, 2, 5, 1, np.nan],
+                     [1, 2, 3, 3, 2, 4, 4, 1, 2, 5, 1, np.nan]])
+    assert krippendorff_alpha(data, "nominal") == pytest.approx(0.743, abs=0.001)
+    assert krippendorff_alpha(data, "interval") == pytest.approx(0.849, abs=0.001)
+    assert 0.7 < krippendorff_alpha(data, "ordinal") < 1
+
+
+def test_kappa_and_icc_limits():
+    a = [1, 2, 3, 4, 5, 3, 2]
+    assert weighted_kappa(a, a) == pytest.approx(1.0)
+    assert weighted_kappa(a, [5, 4, 3, 2, 1, 3, 4]) < 0
+    assert icc(np.array([a, a]), "ICC2") == pytest.approx(1.0)
+
+
+def test_agreement_and_quality_tables(tmp_path):
+    rng = np.random.default_rng(0)
+    store = RatingStore(tmp_path)
+    truth = rng.integers(1, 6, 30)
+    for rater, noise in (("ana", 0), ("ben", 1)):
+        for i, t in enumerate(truth):
+            v = int(np.clip(t + (rng.integers(-noise, noise + 1) if noise else 0), 1, 5))
+            store.add(rater, f"Q{i}", {d: v for d in DIMENSIONS})
+    table = agreement(store.ratings(), n_boot=200)
+    row = table[(table.dimension == "accuracy") & (table.statistic == "kappa_quadratic")].iloc[0]
+    assert 0.5 < row.value < 1 and row.ci_low <= row.value <= row.ci_high and row.n_raters == 2
+    assert set(table.statistic) == {"alpha_ordinal", "ICC2", "kappa_quadratic"}
+    items = pd.DataFrame({"item_id": [f"Q{i}" for i in range(30)], "test_type": ["robustness", "multi_hop"] * 15})
+    q = quality_table(store.ratings(), items, "test_type").set_index("test_type")
+    expected = store.ratings().merge(items, on="item_id").query("dimension == 'accuracy' and test_type == 'robustness'").score.mean()
+    assert q.loc["robustness", "accuracy"] == pytest.approx(expected) and q.loc["robustness", "n_items"] == 15
+    assert rating_matrix(store.ratings(), "accuracy").shape == (2, 30)
