@@ -125,9 +125,8 @@ class Paper:
         return s[(s.model == model) & (s.context_k == k) & (s.metric == metric)]["score"].item()
 
     def change_pct(self, model: str, k0: float, k1: float, metric: str = AVERAGE) -> float:
-        d = self.dilution
-        return d[(d.model == model) & (d.metric == metric)]["relative_pct"].item() if (k0, k1) == (28, 32) \
-            else 100 * (self.score(model, k1, metric) - self.score(model, k0, metric)) / self.score(model, k0, metric)
+        """Relative change (%) of a model's metric from k0 to k1."""
+        return 100 * (self.score(model, k1, metric) - self.score(model, k0, metric)) / self.score(model, k0, metric)
 
     def profile(self, k: float | None, by: str = "model") -> pd.DataFrame:
         data = self.frameworks if k is None else self.primary
