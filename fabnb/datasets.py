@@ -241,7 +241,7 @@ def evidence_corpus(pairs):
     -------
     fabnb.corpus.Corpus
     """
-    from .corpus import SECTION_COLUMNS, Corpus, DOCUMENT_COLUMNS, PAGE_COLUMNS, PROBLEM_COLUMNS
+    from .corpus import SECTION_COLUMNS, corpus_from_frame
 
     ev = evidence_frame(pairs).drop_duplicates(["doc_id", "evidence"])
     docs, sections = [], []
@@ -252,11 +252,8 @@ def evidence_corpus(pairs):
                              "char_start": pos, "char_end": pos + len(row.evidence)})
             parts.append(row.evidence)
             pos += len(row.evidence) + 2
-        text = "\n\n".join(parts)
-        docs.append({"doc_id": doc_id, "title": doc_id, "path": "", "format": "fab-bench-evidence",
-                     "text": text, "n_chars": len(text)})
-    return Corpus(pd.DataFrame(docs, columns=DOCUMENT_COLUMNS), pd.DataFrame(sections, columns=SECTION_COLUMNS),
-                  pd.DataFrame(columns=PAGE_COLUMNS), pd.DataFrame(columns=PROBLEM_COLUMNS))
+        docs.append({"doc_id": doc_id, "path": "", "format": "fab-bench-evidence", "text": "\n\n".join(parts)})
+    return corpus_from_frame(pd.DataFrame(docs), pd.DataFrame(sections, columns=SECTION_COLUMNS))
 
 
 # -------------------------------------------------------- where the data lives

@@ -103,6 +103,15 @@ def similarity_threshold(precision: str, r: int) -> float:
 _TOKENS = re.compile(r"[a-z0-9]+(?:[.\-][a-z0-9]+)*")
 
 
+def word_tokens(text: str) -> list[str]:
+    """Lower-cased word tokens (letters and digits, inner ``.`` or ``-`` kept), as Eq. 13 and quote checks use them.
+
+    >>> word_tokens("Etch-rate of 5.2 nm/cycle")
+    ['etch-rate', 'of', '5.2', 'nm', 'cycle']
+    """
+    return _TOKENS.findall(text.lower())
+
+
 def jaccard(a: set, b: set) -> float:
     """``|a & b| / |a | b|`` (0 for two empty sets)."""
     return len(a & b) / len(a | b) if a | b else 0.0
@@ -118,7 +127,7 @@ def weighted_similarity(q1: str, q2: str, kb=None, alpha: float = ALPHA) -> floa
     >>> round(weighted_similarity("etch rate of ALD", "etch rate of CVD"), 4)
     0.6
     """
-    w = jaccard(set(_TOKENS.findall(q1.lower())), set(_TOKENS.findall(q2.lower())))
+    w = jaccard(set(word_tokens(q1)), set(word_tokens(q2)))
     if kb is None or alpha == 0:
         return w
     t = jaccard(set(kb.find(q1)["term"]), set(kb.find(q2)["term"]))
@@ -317,7 +326,7 @@ def quoted_share(quote: str, context: str) -> float:
     """
     from difflib import SequenceMatcher
 
-    q, c = _TOKENS.findall(quote.lower()), _TOKENS.findall(context.lower())
+    q, c = word_tokens(quote), word_tokens(context)
     if not q:
         return 0.0
     match = SequenceMatcher(None, q, c, autojunk=False).find_longest_match(0, len(q), 0, len(c))

@@ -110,14 +110,15 @@ class _Builder:
                         pd.DataFrame(self.rejected, columns=REJECT_COLUMNS))
 
 
-def _anchors(chunks: pd.DataFrame, anchors, n: int, rng: np.random.Generator) -> np.ndarray:
+def _anchors(vectors: ChunkVectors, anchors, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Rows of the named anchor chunks, or ``n`` random rows."""
     if anchors is not None:
-        ids = chunks["chunk_id"].to_numpy()
-        missing = [a for a in anchors if a not in set(ids)]
+        known = set(vectors.chunk_ids)
+        missing = [a for a in anchors if a not in known]
         if missing:
             raise KeyError(f"unknown chunk id(s) {missing[:5]}")
-        return np.array([int(np.flatnonzero(ids == a)[0]) for a in anchors])
-    return rng.permutation(len(chunks))[:n]
+        return np.array([vectors.row(a) for a in anchors])
+    return rng.permutation(len(vectors))[:n]
 
 
 def needle_in_haystack(chunks: pd.DataFrame, vectors: ChunkVectors, n: int = 10, n_distractors: int = 4,
@@ -136,7 +137,7 @@ def needle_in_haystack(chunks: pd.DataFrame, vectors: ChunkVectors, n: int = 10,
     """
     rng = np.random.default_rng(seed)
     b = _Builder(chunks, vectors, "needle_in_haystack")
-    for target in _anchors(b.chunks, anchors, n, rng):
+    for target in _anchors(vectors, anchors, n, rng):
         far = neighbours(vectors, [target], k=n_distractors, farthest=True, rng=rng)
         if len(far) < n_distractors:
             b.reject(b.chunks.iloc[target]["chunk_id"], f"only {len(far)} other chunks; need {n_distractors}")
@@ -215,7 +216,7 @@ def multi_hop(chunks: pd.DataFrame, vectors: ChunkVectors, n: int = 10, n_distra
     rng = np.random.default_rng(seed)
     b = _Builder(chunks, vectors, "multi_hop")
     wanted = n
-    candidates = _anchors(b.chunks, anchors, len(b.chunks) if anchors is None else n, rng)
+    candidates = _anchors(vectors, anchors, len(vectors) if anchors is None else n, rng)
     for s in candidates:
         if anchors is None and len(b.contexts) >= wanted:
             break

@@ -21,13 +21,12 @@ rejected, with the reason.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from .generation import QUOTE_SHARE, quoted_share
+from .generation import QUOTE_SHARE, quoted_share, word_tokens
 from .llm import LLM, LLMError, parse_json
 from .passages import CoverageTracker, rank_by_complexity
 
@@ -53,7 +52,6 @@ _NEGATIVE_SCHEMA = {
                    "missing_detail": {"type": "string", "minLength": 3, "maxLength": 120}},
     "required": ["question", "missing_detail"],
 }
-_WORDS = re.compile(r"[a-z0-9]+(?:[.\-][a-z0-9]+)*")
 _STOP = frozenset("a an and are as at be by for from how in is it of on or that the this to was what when where "
                   "which who why with does do did its their there these those than then into about".split())
 
@@ -138,7 +136,7 @@ def write_positive_test(llm: LLM, chunk: pd.Series, collector: _Collector, max_t
 
 
 def _content_words(text: str) -> set[str]:
-    return {w for w in _WORDS.findall(text.lower()) if w not in _STOP and len(w) > 2}
+    return {w for w in word_tokens(text) if w not in _STOP and len(w) > 2}
 
 
 def absence_share(detail: str, question: str, vectors, chunks: pd.DataFrame, k: int = 5) -> float:
