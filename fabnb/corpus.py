@@ -451,3 +451,125 @@ def _locate(chunks: pd.DataFrame, spans: pd.DataFrame, column: str) -> pd.Series
         values = g[column].to_numpy()
         out.loc[mask] = [values[i] if i >= 0 else out.iloc[0] for i in idx]
     return out.astype(float) if column == "page" else out
+
+
+class CorpusSession:
+    """A browsable view of a chunked corpus: the model behind the corpus inspector widget.
+
+    Per chunk it measures technical density, high-weight presence and precision level
+    against a knowledge base (Eq. 1) and Flesch Reading Ease, finds term spans for
+    highlighting by category, searches chunk text, and lists the synthesized contexts a
+    chunk takes part in (with its role there).
+
+    Parameters
+    ----------
+    chunks : DataFrame
+        From :func:`chunk_corpus` (chunk_id, doc_id, position, text, ...).
+    kb : KnowledgeBase, optional
+        Default: the paper's semiconductor knowledge base.
+    contexts : fabnb.synthesis.Contexts, optional
+
+    Attributes
+    ----------
+    stats : DataFrame
+        chunk_id, doc_id, position, n_tokens, technical_density, high_weight_presence,
+        precision_level, dominant_category, flesch_reading_ease, n_words.
+
+    Examples
+    --------
+    >>> corpus = corpus_from_frame(pd.DataFrame({"doc_id": ["d1"], "text": ["EUV lithography and FinFET gates."]}))
+    >>> s = CorpusSession(chunk_corpus(corpus, size=64, overlap=0))
+    >>> s.chunk("d1::0")["precision_level"], [t["category"] for t in s.chunk("d1::0")["segments"] if t["category"]]
+    ('high', ['processes', 'manufacturing', 'devices'])
+    """
+
+    def __init__(self, chunks: pd.DataFrame, kb=None, contexts=None):
+        from .passages import readability
+        from .terms import KnowledgeBase
+
+        missing = {"chunk_id", "doc_id", "position", "text"} - set(chunks.columns)
+        if missing:
+            raise CorpusError(f"chunks lack column(s) {sorted(missing)}; make them with fabnb.corpus.chunk_corpus.")
+        self.kb = kb or KnowledgeBase.default()
+        self.chunks = chunks.reset_index(drop=True)
+        self.contexts = contexts
+        measured = self.kb.analyse_frame(self.chunks[["chunk_id", "doc_id", "position", "n_tokens", "text"]])
+        flesch = readability(self.chunks)[["chunk_id", "flesch_reading_ease"]]
+        keep = ["chunk_id", "doc_id", "position", "n_tokens", "technical_density", "high_weight_presence",
+                "precision_level", "dominant_category", "n_words", "n_terms"]
+        self.stats = measured[keep].merge(flesch, on="chunk_id", how="left")
+        self._by_id = self.chunks.set_index("chunk_id", drop=False)
+        self._stats_by_id = self.stats.set_index("chunk_id", drop=False)
+
+    def __repr__(self) -> str:
+        return f"CorpusSession({self.chunks['doc_id'].nunique()} documents, {len(self.chunks)} chunks)"
+
+    def documents(self) -> pd.DataFrame:
+        """doc_id, n_chunks, n_tokens, mean technical_density, mean flesch_reading_ease, high/medium/low chunk counts."""
+        g = self.stats.groupby("doc_id", sort=False)
+        out = pd.DataFrame({"n_chunks": g.size(), "n_tokens": g["n_tokens"].sum(),
+                            "technical_density": g["technical_density"].mean(),
+                            "flesch_reading_ease": g["flesch_reading_ease"].mean()})
+        levels = self.stats.pivot_table(index="doc_id", columns="precision_level", values="chunk_id",
+                                        aggfunc="count", fill_value=0)
+        for level in ("high", "medium", "low"):
+            out[level] = levels[level] if level in levels.columns else 0
+        return out.reset_index()
+
+    def search(self, query: str, doc_id: str | None = None, limit: int = 50) -> pd.DataFrame:
+        """Chunks whose text contains ``query`` (case-insensitive, literal), most hits first.
+
+        Returns
+        -------
+        DataFrame
+            chunk_id, doc_id, position, hits, snippet (text around the first hit).
+        """
+        rows = self.chunks if doc_id is None else self.chunks[self.chunks["doc_id"] == doc_id]
+        cols = ["chunk_id", "doc_id", "position", "hits", "snippet"]
+        if not query.strip():
+            return pd.DataFrame(columns=cols)
+        pattern = re.compile(re.escape(query.strip()), re.IGNORECASE)
+        out = []
+        for r in rows.itertuples():
+            hits = pattern.findall(r.text)
+            if hits:
+                m = pattern.search(r.text)
+                out.append({"chunk_id": r.chunk_id, "doc_id": r.doc_id, "position": r.position, "hits": len(hits),
+                            "snippet": r.text[max(0, m.start() - 60):m.end() + 60].replace("\n", " ")})
+        frame = pd.DataFrame(out, columns=cols)
+        return frame.sort_values("hits", ascending=False, kind="stable").head(limit).reset_index(drop=True)
+
+    def chunk(self, chunk_id: str) -> dict:
+        """One chunk for display: its text as segments (plain, or a term with its categories), measures, contexts.
+
+        ``segments`` is a list of ``{"text", "term", "category", "categories"}``; joined, the
+        texts give the chunk text back exactly. A view shows them as text, never as HTML.
+        """
+        if chunk_id not in self._by_id.index:
+            raise KeyError(f"no chunk {chunk_id!r}; chunk ids look like {self.chunks['chunk_id'].iloc[0]!r}.")
+        row = self._by_id.loc[chunk_id]
+        text = row["text"]
+        segments, pos = [], 0
+        for t in self.kb.find(text).itertuples():
+            if t.start > pos:
+                segments.append({"text": text[pos:t.start], "term": None, "category": None, "categories": []})
+            segments.append({"text": text[t.start:t.end], "term": t.term, "category": t.categories[0],
+                             "categories": list(t.categories)})
+            pos = t.end
+        if pos < len(text):
+            segments.append({"text": text[pos:], "term": None, "category": None, "categories": []})
+        s = self._stats_by_id.loc[chunk_id]
+        return {"chunk_id": chunk_id, "doc_id": row["doc_id"], "position": int(row["position"]), "text": text,
+                "segments": segments, "technical_density": float(s["technical_density"]),
+                "high_weight_presence": float(s["high_weight_presence"]), "precision_level": s["precision_level"],
+                "flesch_reading_ease": float(s["flesch_reading_ease"]), "n_terms": int(s["n_terms"]),
+                "contexts": self.contexts_of(chunk_id).to_dict("records")}
+
+    def contexts_of(self, chunk_id: str) -> pd.DataFrame:
+        """The synthesized contexts a chunk is a member of: context_id, strategy, test_type, role, position."""
+        cols = ["context_id", "strategy", "test_type", "role", "position"]
+        if self.contexts is None or not len(self.contexts):
+            return pd.DataFrame(columns=cols)
+        m = self.contexts.members[self.contexts.members["chunk_id"] == chunk_id]
+        m = m.merge(self.contexts.contexts[["context_id", "strategy", "test_type"]], on="context_id")
+        return m[cols].reset_index(drop=True)

@@ -69,6 +69,8 @@ class QAPair:
     generation_metadata: dict = field(default_factory=dict, compare=False)
     source_chapter: str = ""
     description: str = ""
+    #: The record as read, every field kept, so that a curated set is written back unchanged.
+    record: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def objective_subtype(self) -> str | None:
@@ -126,6 +128,7 @@ def parse_qa(record: dict, where: str = "QA record") -> QAPair:
         generation_metadata=record.get("generation_metadata") or {},
         source_chapter=str(record.get("source_chapter", "")),
         description=str(record.get("test_description") or record.get("description") or ""),
+        record=dict(record),
     )
 
 
