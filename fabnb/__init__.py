@@ -14,7 +14,9 @@ The package follows the FAB-Bench pipeline (arXiv 2605.26476), one module per st
 - :mod:`fabnb.local`: the embedded Gemma 3 270M on llama.cpp's server, on loopback;
 - :mod:`fabnb.generation`: adaptive QA generation (Algorithm 1, Eqs. 4-14, Appendix C);
 - :mod:`fabnb.testcases`: RAG-TESTER's test generators and baselines;
+- :mod:`fabnb.curation`: candidates to benchmark: keep / drop / edit, near-duplicates, targets;
 - :mod:`fabnb.rating`: the expert-rating store, rating sessions and agreement statistics;
+- :mod:`fabnb.widgets`: Jupyter views (anywidget) over the corpus, curation and rating sessions;
 - :mod:`fabnb.scores`: score frames: read, check, reshape;
 - :mod:`fabnb.analysis`: scaling curves, operating points, correlations, dilution;
 - :mod:`fabnb.plots`: one function per figure kind;
@@ -32,7 +34,7 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = ("schema", "published", "datasets", "corpus", "terms", "vectors", "synthesis", "passages",
-               "llm", "local", "generation", "testcases", "rating",
+               "llm", "local", "generation", "testcases", "curation", "rating", "widgets",
                "scores", "analysis", "plots", "claims", "report", "cli")
 
 

@@ -240,6 +240,7 @@ class CurationSession:
         Every field of the original record is kept; an edited pair records what changed
         in ``generation_metadata["curation_edits"]``.
         """
+        Path(folder).mkdir(parents=True, exist_ok=True)
         records = []
         for test_id, state in sorted(self._state.items()):
             if state["status"] != "kept":

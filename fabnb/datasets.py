@@ -160,8 +160,11 @@ def read_qa_files(paths, on_error: str = "warn") -> QASet:
     QASet
         pairs in test_id order, and problems (path, message). A test_id seen twice is a problem.
     """
-    if isinstance(paths, (str, Path)) and Path(paths).is_dir():
-        paths = sorted(p for p in Path(paths).rglob("*.json") if not p.name.startswith("_"))
+    if isinstance(paths, (str, Path)):
+        if not Path(paths).exists():
+            raise DatasetError(f"{paths}: no such file or folder of QA JSON files.")
+        paths = (sorted(p for p in Path(paths).rglob("*.json") if not p.name.startswith("_"))
+                 if Path(paths).is_dir() else [paths])
     pairs, problems, seen = [], [], {}
     for path in paths:
         path = Path(path)

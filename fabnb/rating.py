@@ -118,6 +118,11 @@ class RatingStore:
             problems += bad
         return out, pd.DataFrame(problems, columns=["file", "line", "message"])
 
+    def read(self, rater: str, kind: str = "rating") -> list[dict]:
+        """One rater's records of a kind, in file order (unreadable lines skipped)."""
+        path = self.path(rater)
+        return [r for r in read_jsonl(path)[0] if r.get("kind", "rating") == kind] if path.exists() else []
+
     def ratings(self, history: bool = False) -> pd.DataFrame:
         """Ratings as a tidy frame: rater, item_id, dimension, score, comment, ts.
 
@@ -204,6 +209,24 @@ def read_jsonl(path: Path) -> tuple[list[dict], list[dict]]:
     return out, problems
 
 
+def rating_items(pairs) -> pd.DataFrame:
+    """QA pairs as rating items.
+
+    Returns
+    -------
+    DataFrame
+        item_id (the test_id), test_type, question_format, question, ground_truth_answer,
+        evidence (list of {doc_id, section_title, evidence}), generation_metadata, source_chapter.
+    """
+    rows = [{"item_id": p.test_id, "test_type": p.test_type, "question_format": p.question_format,
+             "question": p.question, "ground_truth_answer": p.ground_truth_answer,
+             "evidence": [{"doc_id": s.doc_id, "section_title": s.section_title, "evidence": s.evidence}
+                          for s in p.gold_context_sources],
+             "generation_metadata": p.generation_metadata, "source_chapter": p.source_chapter} for p in pairs]
+    return pd.DataFrame(rows, columns=["item_id", "test_type", "question_format", "question", "ground_truth_answer",
+                                       "evidence", "generation_metadata", "source_chapter"])
+
+
 @dataclass
 class RatingSession:
     """One rater working through a list of items.
@@ -234,27 +257,37 @@ class RatingSession:
             raise RatingError(f"item ids {sorted(set(dup))[:5]} appear twice in the item list.")
         order = np.random.default_rng(self.seed).permutation(len(self.items))
         self.order = self.items["item_id"].to_numpy()[order].tolist()
-        _safe_name(self.rater)
+        self._positions = {item: i for i, item in enumerate(self.order)}
+        self._rows = self.items.set_index("item_id", drop=False)
+        # This rater's latest record per item, read once; rate() keeps it current.
+        self._latest = {r["item_id"]: (r["scores"], r.get("comment", "")) for r in self.store.read(self.rater)}
 
     def view(self, item_id: str) -> dict:
         """What the rater sees of an item (blind fields removed in blind mode)."""
-        row = self.items[self.items["item_id"] == item_id]
-        if row.empty:
+        if item_id not in self._positions:
             raise KeyError(f"no item {item_id!r} in this session")
-        data = row.iloc[0].to_dict()
+        data = self._rows.loc[item_id].to_dict()
         return {k: v for k, v in data.items() if not (self.blind and k in BLIND_FIELDS)}
 
     def rated(self) -> dict:
         """item_id -> the latest scores of this rater."""
-        r = self.store.ratings()
-        r = r[r["rater"] == self.rater]
-        return {i: dict(zip(g["dimension"], g["score"])) for i, g in r.groupby("item_id")}
+        return {i: dict(sc) for i, (sc, _) in self._latest.items() if sc}
+
+    def latest(self, item_id: str) -> tuple[dict, str]:
+        """This rater's latest (scores, comment) for an item; ({}, "") if never rated."""
+        scores, comment = self._latest.get(item_id, ({}, ""))
+        return dict(scores), comment
 
     def rate(self, item_id: str, comment: str = "", **scores) -> dict:
-        """Store this rater's scores for an item, at once."""
-        if item_id not in set(self.order):
+        """Store this rater's scores for an item, at once (on disk, fsynced, when this returns).
+
+        A record holds the item's whole current rating, so the latest record is the rating.
+        """
+        if item_id not in self._positions:
             raise RatingError(f"{item_id!r} is not an item of this session.")
-        return self.store.add(self.rater, item_id, scores, comment)
+        record = self.store.add(self.rater, item_id, scores, comment)
+        self._latest[item_id] = (record["scores"], record["comment"])
+        return record
 
     def next_unrated(self) -> str | None:
         """Where to resume: the first item in this rater's order without a complete rating."""

@@ -1,0 +1,303 @@
+"""Jupyter widgets: thin anywidget views over the plain-Python sessions.
+
+- :class:`RatingPanel` over :class:`fabnb.rating.RatingSession`
+- :class:`QACurator` over :class:`fabnb.curation.CurationSession`
+- :class:`CorpusInspector` over :class:`fabnb.corpus.CorpusSession`
+
+The front end (``widgets/*.js`` and ``*.css`` in the source tree, ``fabnb/_widgets`` in
+the wheel) is plain ES modules with no imports: nothing is fetched at run time. It
+shows every text from corpora, QA files and LLM output with ``textContent``, so
+nothing in them can inject markup or script. The front end sends actions
+(``{"action": "rate", "dimension": "accuracy", "value": 4}``); :meth:`handle` applies
+them to the session, which writes to its store before the view shows "saved".
+Tests drive :meth:`handle` without a browser.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import anywidget
+import pandas as pd
+import traitlets
+
+from .rating import DIMENSIONS, SCALE, RatingError
+
+
+def _asset(name: str) -> str:
+    # The wheel ships widgets/ as fabnb/_widgets; an editable install does not, so fall back to the source tree.
+    here = Path(__file__).resolve().parent
+    for folder in (here / "_widgets", here.parent / "widgets"):
+        if (folder / name).exists():
+            return (folder / name).read_text(encoding="utf-8")
+    raise FileNotFoundError(f"widget asset {name} is missing from {here / '_widgets'} and {here.parent / 'widgets'}; "
+                            "reinstall fabnb.")
+
+
+def _jsonable(value):
+    """Plain JSON types only (numpy scalars, tuples, NaN and timestamps converted)."""
+    return json.loads(pd.Series([value]).to_json(orient="values", default_handler=str))[0]
+
+
+class _View(anywidget.AnyWidget):
+    saved = traitlets.Unicode("").tag(sync=True)
+    error = traitlets.Unicode("").tag(sync=True)
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.on_msg(lambda _widget, content, _buffers: self.handle(content))
+
+    def handle(self, content: dict) -> None:
+        """Apply one front-end action; a failure is shown in the widget, never lost in a log."""
+        action = content.get("action") if isinstance(content, dict) else None
+        method = getattr(self, f"_do_{action}", None) if isinstance(action, str) else None
+        if method is None:
+            self.error = f"unknown action {action!r}"
+            return
+        try:
+            method(content)
+            self.error = ""
+        except (RatingError, KeyError, ValueError, OSError) as exc:
+            self.error = str(exc).strip("'\"")
+
+    def _stamp(self, what: str) -> None:
+        self.saved = f"saved {what} at {time.strftime('%H:%M:%S')}"
+
+
+class RatingPanel(_View):
+    """Rate items on Appendix D's four dimensions, keyboard first.
+
+    Keys: 1-5 rate the highlighted dimension and move to the next; up / down choose a
+    dimension; n / p next and previous item; u the next unrated item. Every score is
+    written to the rater's file before the panel says "saved".
+
+    Parameters
+    ----------
+    session : RatingSession
+
+    Examples
+    --------
+    >>> panel = RatingPanel(session)                                   # doctest: +SKIP
+    >>> panel.handle({"action": "rate", "dimension": "accuracy", "value": 4})  # doctest: +SKIP
+    """
+
+    _esm = _asset("rating.js")
+    _css = _asset("rating.css")
+
+    rater = traitlets.Unicode("").tag(sync=True)
+    blind = traitlets.Bool(True).tag(sync=True)
+    dimensions = traitlets.List().tag(sync=True)
+    scale = traitlets.List().tag(sync=True)
+    position = traitlets.Int(0).tag(sync=True)
+    total = traitlets.Int(0).tag(sync=True)
+    done = traitlets.Int(0).tag(sync=True)
+    item = traitlets.Dict().tag(sync=True)
+    scores = traitlets.Dict().tag(sync=True)
+    comment = traitlets.Unicode("").tag(sync=True)
+
+    def __init__(self, session, **kwargs):
+        self.session = session
+        resume = session.next_unrated()
+        start = session.order.index(resume) if resume is not None else 0
+        super().__init__(rater=session.rater, blind=session.blind, total=len(session.order),
+                         dimensions=[{"name": d, "definition": m} for d, m in DIMENSIONS.items()],
+                         scale=list(range(SCALE[0], SCALE[1] + 1)), **kwargs)
+        self._show(start)
+
+    def _show(self, position: int) -> None:
+        position = max(0, min(position, len(self.session.order) - 1))
+        item_id = self.session.order[position]
+        scores, comment = self.session.latest(item_id)
+        self.item = {k: _jsonable(v) for k, v in self.session.view(item_id).items()}
+        self.scores, self.comment = scores, comment
+        self.done = self.session.progress()[0]
+        self.position = position
+
+    def _save(self, scores: dict, comment: str) -> None:
+        item_id = self.session.order[self.position]
+        self.session.rate(item_id, comment, **scores)
+        self.scores, self.comment = dict(scores), comment
+        self.done = self.session.progress()[0]
+        self._stamp(item_id)
+
+    def _do_rate(self, c):
+        dim, value = c.get("dimension"), c.get("value")
+        if isinstance(value, str) and value.isdigit():
+            value = int(value)
+        self._save({**self.scores, dim: value}, self.comment)
+
+    def _do_comment(self, c):
+        self._save(dict(self.scores), str(c.get("text", "")))
+
+    def _do_next(self, c):
+        self._show(self.position + 1)
+
+    def _do_prev(self, c):
+        self._show(self.position - 1)
+
+    def _do_goto(self, c):
+        self._show(int(c.get("position", 0)))
+
+    def _do_unrated(self, c):
+        nxt = self.session.next_unrated()
+        if nxt is None:
+            self.saved = "every item is rated"
+        else:
+            self._show(self.session.order.index(nxt))
+
+    def _do_download(self, c):
+        ratings = self.session.store.ratings()
+        csv = ratings[ratings["rater"] == self.rater].to_csv(index=False)
+        self.send({"kind": "download", "filename": f"ratings-{self.rater}.csv", "content": csv})
+
+
+class QACurator(_View):
+    """Keep, drop or edit candidate QA pairs toward target counts per test type.
+
+    Keys: k keep (and next), d drop (and next), u undo (back to pending), n / p next and
+    previous. Near-duplicates come one after another and are listed beside the item.
+
+    Parameters
+    ----------
+    session : CurationSession
+    export_to : path, optional
+        Where the "export kept" button writes the FAB-Bench files.
+    """
+
+    _esm = _asset("curation.js")
+    _css = _asset("curation.css")
+
+    filters = traitlets.Dict().tag(sync=True)
+    options = traitlets.Dict().tag(sync=True)
+    ids = traitlets.List().tag(sync=True)
+    position = traitlets.Int(0).tag(sync=True)
+    item = traitlets.Dict().tag(sync=True)
+    progress = traitlets.List().tag(sync=True)
+    problems = traitlets.List().tag(sync=True)
+
+    def __init__(self, session, export_to: str | Path = "curated", **kwargs):
+        self.session = session
+        self.export_to = Path(export_to)
+        c = session.candidates
+        options = {name: sorted(str(v) for v in c[name].dropna().unique())
+                   for name in ("test_type", "question_format", "precision_level")}
+        options["status"] = ["pending", "kept", "dropped"]
+        super().__init__(options=options, problems=session.problems.to_dict("records"), **kwargs)
+        self._select({})
+
+    def _select(self, filters: dict, keep_id: str | None = None) -> None:
+        self.filters = {k: v for k, v in filters.items() if v}
+        self.ids = self.session.select(**self.filters)
+        position = self.ids.index(keep_id) if keep_id in self.ids else 0
+        self._show(position)
+
+    def _show(self, position: int) -> None:
+        self.progress = _jsonable(self.session.progress().to_dict("records"))
+        if not self.ids:
+            self.item, self.position = {}, 0
+            return
+        position = max(0, min(position, len(self.ids) - 1))
+        self.item = _jsonable(self.session.item(self.ids[position]))
+        self.position = position
+
+    def _current(self) -> str:
+        if not self.item:
+            raise ValueError("no candidate selected: the filters match nothing.")
+        return self.item["test_id"]
+
+    def _decided(self, test_id: str, advance: bool) -> None:
+        self._stamp(test_id)
+        self._show(self.position + (1 if advance else 0))
+
+    def _do_keep(self, c):
+        self.session.keep(self._current())
+        self._decided(self._current(), c.get("advance", True))
+
+    def _do_drop(self, c):
+        self.session.drop(self._current(), str(c.get("reason", "")))
+        self._decided(self._current(), c.get("advance", True))
+
+    def _do_reset(self, c):
+        self.session.reset(self._current())
+        self._decided(self._current(), False)
+
+    def _do_edit(self, c):
+        self.session.edit(self._current(), **{str(c.get("field")): c.get("value")})
+        self._decided(self._current(), False)
+
+    def _do_next(self, c):
+        self._show(self.position + 1)
+
+    def _do_prev(self, c):
+        self._show(self.position - 1)
+
+    def _do_filter(self, c):
+        self._select({**self.filters, str(c.get("name")): c.get("value") or None},
+                     self.item.get("test_id") if self.item else None)
+
+    def _do_export(self, c):
+        paths = self.session.export(self.export_to)
+        self.saved = f"exported {len(paths)} kept pairs to {self.export_to}"
+
+
+class CorpusInspector(_View):
+    """Browse documents and chunks, search, and see knowledge-base terms by category.
+
+    Keys: n / p next and previous chunk of the document; / focuses the search box.
+
+    Parameters
+    ----------
+    session : CorpusSession
+    """
+
+    _esm = _asset("corpus.js")
+    _css = _asset("corpus.css")
+
+    documents = traitlets.List().tag(sync=True)
+    doc_id = traitlets.Unicode("").tag(sync=True)
+    chunks = traitlets.List().tag(sync=True)
+    chunk = traitlets.Dict().tag(sync=True)
+    query = traitlets.Unicode("").tag(sync=True)
+    results = traitlets.List().tag(sync=True)
+
+    def __init__(self, session, **kwargs):
+        self.session = session
+        super().__init__(documents=_jsonable(session.documents().to_dict("records")), **kwargs)
+        first = session.chunks.iloc[0]
+        self._open_doc(first["doc_id"])
+
+    def _open_doc(self, doc_id: str, chunk_id: str | None = None) -> None:
+        s = self.session.stats
+        rows = s[s["doc_id"] == doc_id]
+        if rows.empty:
+            raise KeyError(f"no document {doc_id!r}")
+        cols = ["chunk_id", "position", "precision_level", "technical_density", "flesch_reading_ease"]
+        self.chunks = _jsonable(rows[cols].to_dict("records"))
+        self.doc_id = doc_id
+        self.chunk = _jsonable(self.session.chunk(chunk_id or rows["chunk_id"].iloc[0]))
+
+    def _do_doc(self, c):
+        self._open_doc(str(c.get("doc_id")))
+
+    def _do_chunk(self, c):
+        chunk_id = str(c.get("chunk_id"))
+        doc = self.session.chunk(chunk_id)["doc_id"]
+        self._open_doc(doc, chunk_id)
+
+    def _step(self, delta: int) -> None:
+        ids = [r["chunk_id"] for r in self.chunks]
+        i = ids.index(self.chunk["chunk_id"]) + delta
+        if 0 <= i < len(ids):
+            self.chunk = _jsonable(self.session.chunk(ids[i]))
+
+    def _do_next(self, c):
+        self._step(1)
+
+    def _do_prev(self, c):
+        self._step(-1)
+
+    def _do_search(self, c):
+        self.query = str(c.get("query", ""))
+        self.results = _jsonable(self.session.search(self.query).to_dict("records"))

@@ -1,0 +1,139 @@
+"""Widgets driven without a browser: actions in, store on disk, state out; front-end files safe."""
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fabnb.corpus import CorpusSession
+from fabnb.curation import CurationSession
+from fabnb.rating import RatingSession, RatingStore, rating_items
+from fabnb.widgets import CorpusInspector, QACurator, RatingPanel
+
+HOSTILE = '<script>window.pwned=1</script><img src=x onerror="window.pwned=1">'
+WIDGETS = Path(__file__).resolve().parents[1] / "widgets"
+
+
+@pytest.fixture
+def items(fab_bench):
+    frame = rating_items(fab_bench.pairs[:6])
+    frame.loc[0, "question"] = HOSTILE + frame.loc[0, "question"]
+    return frame
+
+
+def test_rating_panel_saves_each_score_before_saying_saved(items, tmp_path):
+    store = RatingStore(tmp_path)
+    panel = RatingPanel(RatingSession(items, "ana", store, seed=3))
+    first = panel.item["item_id"]
+    panel.handle({"action": "rate", "dimension": "accuracy", "value": 4})
+    assert panel.saved.startswith(f"saved {first}") and panel.error == ""
+    assert store.ratings().query("dimension == 'accuracy'").score.tolist() == [4]  # on disk already
+    for dim, v in (("relevance", 5), ("difficulty", 2), ("diversity", 3)):
+        panel.handle({"action": "rate", "dimension": dim, "value": v})
+    panel.handle({"action": "comment", "text": "clear"})
+    assert panel.done == 1 and panel.scores == {"accuracy": 4, "relevance": 5, "difficulty": 2, "diversity": 3}
+    panel.handle({"action": "next"})
+    assert panel.position == 1 and panel.scores == {}
+    panel.handle({"action": "rate", "dimension": "accuracy", "value": 9})
+    assert "not a whole number from 1 to 5" in panel.error and panel.scores == {}
+    panel.handle({"action": "explode"})
+    assert "unknown action" in panel.error
+    # a new kernel: the panel opens on the first unrated item, with the first item's rating intact
+    again = RatingPanel(RatingSession(items, "ana", store, seed=3))
+    assert again.position == 1 and again.done == 1
+    again.handle({"action": "prev"})
+    assert again.scores["relevance"] == 5 and again.comment == "clear"
+
+
+def test_rating_panel_blind_mode_and_hostile_text_is_data(items, tmp_path):
+    panel = RatingPanel(RatingSession(items, "ana", RatingStore(tmp_path), blind=True))
+    for _ in range(len(items)):
+        assert "generation_metadata" not in panel.item and "source_chapter" not in panel.item
+        if panel.item["item_id"] == items.item_id[0]:
+            assert panel.item["question"].startswith(HOSTILE)  # passed through as text, untouched
+        panel.handle({"action": "next"})
+    seen = RatingPanel(RatingSession(items, "bo", RatingStore(tmp_path), blind=False))
+    assert "generation_metadata" in seen.item
+
+
+def test_rating_panel_download_sends_this_raters_csv(items, tmp_path, monkeypatch):
+    store = RatingStore(tmp_path)
+    store.add("other", items.item_id[0], {"accuracy": 1})
+    panel = RatingPanel(RatingSession(items, "ana", store))
+    panel.handle({"action": "rate", "dimension": "difficulty", "value": 2})
+    sent = []
+    monkeypatch.setattr(panel, "send", sent.append)
+    panel.handle({"action": "download"})
+    assert sent[0]["filename"] == "ratings-ana.csv"
+    lines = sent[0]["content"].splitlines()
+    assert lines[0].startswith("rater,item_id,dimension,score") and len(lines) == 2 and ",difficulty,2," in lines[1]
+
+
+def test_curator_keyboard_actions_write_decisions(fab_bench_dir, tmp_path):
+    qa = fab_bench_dir / "QAs"
+    files = sorted(qa.rglob("ROB_00*.json"))[:5] + sorted(qa.rglob("GEN_00*.json"))[:3]
+    session = CurationSession(files, tmp_path / "store", "cur")
+    view = QACurator(session, export_to=tmp_path / "out")
+    first = view.item["test_id"]
+    view.handle({"action": "keep"})
+    assert view.position == 1 and session.status().set_index("test_id").loc[first, "status"] == "kept"
+    view.handle({"action": "drop", "reason": "vague"})
+    view.handle({"action": "filter", "name": "test_type", "value": "robustness"})
+    assert len(view.ids) == 5 and view.item["test_type"] == "robustness"
+    view.handle({"action": "edit", "field": "question", "value": "Rewritten?"})
+    assert view.item["question"] == "Rewritten?" and view.item["edited"] == ["question"]
+    view.handle({"action": "filter", "name": "status", "value": "kept"})
+    assert view.ids == []  # filters combine: no robustness pair is kept
+    view.handle({"action": "filter", "name": "test_type", "value": ""})
+    assert view.ids == [first]
+    view.handle({"action": "export"})
+    assert "exported 1 kept pairs" in view.saved and len(list((tmp_path / "out").rglob("*.json"))) == 1
+    gen = [p for p in view.progress if p["test_type"] == "generation_quality"][0]  # GEN_ ids come first
+    assert gen == {"test_type": "generation_quality", "target": 51, "kept": 1, "dropped": 1, "pending": 1,
+                   "remaining": 50}
+    view.handle({"action": "filter", "name": "test_type", "value": "multi_hop"})
+    assert view.item == {} and view.ids == []  # no multi-hop candidate at all
+    view.handle({"action": "keep"})
+    assert "filters match nothing" in view.error
+
+
+def test_corpus_inspector_search_and_segments(evidence_chunks):
+    chunks, _ = evidence_chunks
+    chunks = chunks.copy()
+    chunks.loc[0, "text"] = HOSTILE + " EUV lithography " + chunks.loc[0, "text"]
+    session = CorpusSession(chunks)
+    view = CorpusInspector(session)
+    assert view.chunk["chunk_id"] == chunks.chunk_id[0]
+    assert "".join(s["text"] for s in view.chunk["segments"]) == chunks.text[0]  # text comes back exactly
+    assert any(s["term"] and s["category"] for s in view.chunk["segments"])
+    view.handle({"action": "search", "query": "plasma"})
+    assert view.results and all("plasma" in session.chunk(r["chunk_id"])["text"].lower() for r in view.results)
+    view.handle({"action": "chunk", "chunk_id": view.results[0]["chunk_id"]})
+    assert view.doc_id == session.chunk(view.results[0]["chunk_id"])["doc_id"]
+    view.handle({"action": "chunk", "chunk_id": "nope"})
+    assert "no chunk 'nope'" in view.error
+    docs = session.documents()
+    assert docs.n_chunks.sum() == len(chunks) and {"high", "medium", "low"} <= set(docs.columns)
+    assert session.stats.precision_level.isin(["high", "medium", "low"]).all()
+
+
+def test_corpus_session_lists_contexts_of_a_chunk(evidence_chunks):
+    from fabnb.synthesis import multi_hop
+
+    chunks, vectors = evidence_chunks
+    contexts = multi_hop(chunks, vectors, n=3, seed=0)
+    session = CorpusSession(chunks, contexts=contexts)
+    member = contexts.members.iloc[0]
+    found = session.contexts_of(member.chunk_id)
+    assert member.context_id in found.context_id.tolist() and found.strategy.eq("multi_hop").all()
+
+
+@pytest.mark.parametrize("name", ["rating", "curation", "corpus"])
+def test_front_end_files_show_text_as_text_and_fetch_nothing(name):
+    js = re.sub(r"^\s*//.*$", "", (WIDGETS / f"{name}.js").read_text(), flags=re.M)  # code, not comments
+    assert not re.search(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|new Function", js)
+    assert not re.search(r"\bimport\b|fetch\(|https?://", js)  # offline: no imports, no CDN, no requests
+    css = (WIDGETS / f"{name}.css").read_text()
+    rules = [r.strip() for r in re.findall(r"(?:^|})\s*([^{}]+)\{", css)]
+    assert rules and all(r.startswith(f".fabnb-{name}") for r in rules)  # anywidget CSS is global: stay scoped

@@ -1,0 +1,142 @@
+// Rating panel: a view over fabnb.rating.RatingSession (Python side: fabnb.widgets.RatingPanel).
+// Every text from QA files or LLM output goes through textContent, never innerHTML.
+
+function h(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  return node;
+}
+
+function render({ model, el }) {
+  const root = h("div", "fabnb-rating");
+  root.tabIndex = 0;
+  el.appendChild(root);
+  let active = 0; // the highlighted dimension, which keys 1-5 rate
+
+  const send = (msg) => model.send(msg);
+
+  function draw() {
+    const dims = model.get("dimensions");
+    const item = model.get("item") || {};
+    const scores = model.get("scores") || {};
+    root.replaceChildren();
+
+    const head = h("div", "fabnb-head");
+    head.appendChild(h("span", "fabnb-progress",
+      `Item ${model.get("position") + 1} of ${model.get("total")} · ${model.get("done")} rated`));
+    head.appendChild(h("span", "fabnb-rater", `rater: ${model.get("rater")}${model.get("blind") ? " · blind" : ""}`));
+    const saved = h("span", "fabnb-saved", model.get("saved"));
+    head.appendChild(saved);
+    root.appendChild(head);
+    const bar = h("div", "fabnb-bar");
+    const fill = h("div", "fabnb-bar-fill");
+    fill.style.width = `${(100 * model.get("done")) / Math.max(1, model.get("total"))}%`;
+    bar.appendChild(fill);
+    root.appendChild(bar);
+
+    if (model.get("error")) root.appendChild(h("div", "fabnb-error", model.get("error")));
+
+    const body = h("div", "fabnb-item");
+    body.appendChild(h("div", "fabnb-id", `${item.item_id || ""} · ${item.test_type || ""} · ${item.question_format || ""}`));
+    body.appendChild(h("div", "fabnb-label", "Question"));
+    body.appendChild(h("div", "fabnb-question", item.question));
+    body.appendChild(h("div", "fabnb-label", "Reference answer"));
+    body.appendChild(h("div", "fabnb-answer", item.ground_truth_answer));
+    const evidence = Array.isArray(item.evidence) ? item.evidence : [];
+    if (evidence.length) {
+      const det = h("details", "fabnb-evidence");
+      det.appendChild(h("summary", null, `Evidence (${evidence.length} passage${evidence.length > 1 ? "s" : ""})`));
+      for (const ev of evidence) {
+        det.appendChild(h("div", "fabnb-source", `${ev.doc_id} · ${ev.section_title || ""}`));
+        det.appendChild(h("div", "fabnb-passage", ev.evidence));
+      }
+      body.appendChild(det);
+    }
+    if (!model.get("blind") && item.generation_metadata) {
+      body.appendChild(h("div", "fabnb-meta", JSON.stringify(item.generation_metadata)));
+    }
+    root.appendChild(body);
+
+    const grid = h("div", "fabnb-dims");
+    dims.forEach((d, i) => {
+      const row = h("div", "fabnb-dim" + (i === active ? " fabnb-active" : ""));
+      row.dataset.dimension = d.name;
+      const label = h("div", "fabnb-dim-label");
+      label.appendChild(h("b", null, d.name));
+      label.appendChild(h("span", "fabnb-def", d.definition));
+      label.addEventListener("click", () => { active = i; draw(); root.focus(); });
+      row.appendChild(label);
+      const buttons = h("div", "fabnb-scores");
+      for (const v of model.get("scale")) {
+        const b = h("button", "fabnb-score" + (scores[d.name] === v ? " fabnb-chosen" : ""), v);
+        b.type = "button";
+        b.dataset.value = String(v);
+        b.addEventListener("click", () => {
+          active = i;
+          send({ action: "rate", dimension: d.name, value: v });
+          root.focus();
+        });
+        buttons.appendChild(b);
+      }
+      row.appendChild(buttons);
+      grid.appendChild(row);
+    });
+    root.appendChild(grid);
+
+    const comment = h("textarea", "fabnb-comment");
+    comment.placeholder = "Comment (saved when you leave the box)";
+    comment.value = model.get("comment");
+    comment.addEventListener("change", () => send({ action: "comment", text: comment.value }));
+    root.appendChild(comment);
+
+    const nav = h("div", "fabnb-nav");
+    const buttons = [["◀ Previous (p)", "prev"], ["Next unrated (u)", "unrated"], ["Next (n) ▶", "next"],
+      ["Download my ratings (CSV)", "download"]];
+    for (const [text, action] of buttons) {
+      const b = h("button", "fabnb-" + action, text);
+      b.type = "button";
+      b.addEventListener("click", () => { send({ action }); root.focus(); });
+      nav.appendChild(b);
+    }
+    root.appendChild(nav);
+    root.appendChild(h("div", "fabnb-help", "Keys: 1-5 rate the highlighted dimension · ↑/↓ choose a dimension · n/p next/previous · u next unrated"));
+  }
+
+  root.addEventListener("keydown", (e) => {
+    if (e.target instanceof HTMLTextAreaElement || e.target instanceof HTMLInputElement) return;
+    const dims = model.get("dimensions");
+    let handled = true;
+    if (/^[1-9]$/.test(e.key) && model.get("scale").includes(Number(e.key))) {
+      send({ action: "rate", dimension: dims[active].name, value: Number(e.key) });
+      active = Math.min(active + 1, dims.length - 1);
+    } else if (e.key === "n") { active = 0; send({ action: "next" }); }
+    else if (e.key === "p") { active = 0; send({ action: "prev" }); }
+    else if (e.key === "u") { active = 0; send({ action: "unrated" }); }
+    else if (e.key === "ArrowDown") { active = Math.min(active + 1, dims.length - 1); draw(); }
+    else if (e.key === "ArrowUp") { active = Math.max(active - 1, 0); draw(); }
+    else handled = false;
+    if (handled) { e.preventDefault(); e.stopPropagation(); }
+  });
+
+  model.on("msg:custom", (msg) => {
+    if (msg && msg.kind === "download") {
+      const url = URL.createObjectURL(new Blob([msg.content], { type: "text/csv" }));
+      const a = h("a");
+      a.href = url;
+      a.download = msg.filename;
+      document.body.appendChild(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 1000);
+    }
+  });
+  for (const name of ["item", "scores", "comment", "position", "done", "saved", "error", "blind"]) {
+    model.on(`change:${name}`, draw);
+  }
+  draw();
+  root.focus();
+  return () => root.remove();
+}
+
+export default { render };
