@@ -134,6 +134,8 @@ class CurationSession:
         frame["dup_size"] = pd.Series(groups).map(pd.Series(groups).value_counts()).to_numpy()
         self.candidates = frame
         self._rows = frame.set_index("test_id", drop=False)
+        self._groups = frame.groupby("dup_group")["test_id"].agg(list).to_dict()
+        self._types = dict(zip(frame["test_id"], frame["test_type"]))
         self._state = self._load_state()
 
     def __repr__(self) -> str:
@@ -197,8 +199,7 @@ class CurationSession:
                "status": state["status"], "reason": state["reason"], "edited": sorted(state["edits"]),
                "evidence": [{"doc_id": s.doc_id, "section_title": s.section_title, "evidence": s.evidence}
                             for s in pair.gold_context_sources]}
-        group = self.candidates.loc[self.candidates["dup_group"] == row["dup_group"], "test_id"]
-        out["duplicates"] = [t for t in group if t != test_id]
+        out["duplicates"] = [t for t in self._groups[row["dup_group"]] if t != test_id]
         return out
 
     def status(self) -> pd.DataFrame:
@@ -225,12 +226,14 @@ class CurationSession:
 
     def progress(self) -> pd.DataFrame:
         """Per test type: target, kept, dropped, pending, remaining (target - kept, at least 0)."""
-        s = self.status()
-        counts = s.pivot_table(index="test_type", columns="status", values="test_id", aggfunc="count", fill_value=0)
-        counts = counts.reindex(index=list(dict.fromkeys([*TEST_TYPES, *counts.index])), columns=list(STATUSES),
-                                fill_value=0)
-        out = counts.reset_index().rename_axis(columns=None)
-        out.insert(1, "target", out["test_type"].map(self.targets).fillna(0).astype(int))
+        # Counted from the in-memory state, not a pivot: the curator calls this after every decision.
+        counts = {}
+        for test_id, test_type in self._types.items():
+            status = self._state.get(test_id, {}).get("status", "pending")
+            counts.setdefault(test_type, dict.fromkeys(STATUSES, 0))[status] += 1
+        types = list(dict.fromkeys([*TEST_TYPES, *counts]))
+        out = pd.DataFrame([{"test_type": t, "target": int(self.targets.get(t, 0)),
+                             **counts.get(t, dict.fromkeys(STATUSES, 0))} for t in types])
         out["remaining"] = (out["target"] - out["kept"]).clip(lower=0)
         return out[["test_type", "target", "kept", "dropped", "pending", "remaining"]]
 

@@ -137,3 +137,35 @@ def test_front_end_files_show_text_as_text_and_fetch_nothing(name):
     css = (WIDGETS / f"{name}.css").read_text()
     rules = [r.strip() for r in re.findall(r"(?:^|})\s*([^{}]+)\{", css)]
     assert rules and all(r.startswith(f".fabnb-{name}") for r in rules)  # anywidget CSS is global: stay scoped
+
+
+KILLED = """
+import os, signal, sys
+import pandas as pd
+from fabnb.rating import RatingSession, RatingStore
+from fabnb.widgets import RatingPanel
+items = pd.DataFrame({"item_id": ["a", "b", "c"], "question": ["q1", "q2", "q3"]})
+panel = RatingPanel(RatingSession(items, "ana", RatingStore(sys.argv[1]), seed=0))
+panel.handle({"action": "rate", "dimension": "accuracy", "value": 5})
+panel.handle({"action": "rate", "dimension": "relevance", "value": 4})
+panel.handle({"action": "next"})
+panel.handle({"action": "rate", "dimension": "accuracy", "value": 2})
+print(panel.session.order, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # the kernel dies mid-session, with the comment box still being typed in
+"""
+
+
+def test_a_killed_kernel_keeps_every_score_already_given(tmp_path):
+    import ast
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", KILLED, str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == -9, done.stderr
+    order = ast.literal_eval(done.stdout.strip())
+    r = RatingStore(tmp_path).ratings().pivot_table(index="item_id", columns="dimension", values="score")
+    assert r.loc[order[0]].dropna().to_dict() == {"accuracy": 5, "relevance": 4}
+    assert r.loc[order[1]].dropna().to_dict() == {"accuracy": 2}
+    again = RatingPanel(RatingSession(pd.DataFrame({"item_id": ["a", "b", "c"], "question": ["q1", "q2", "q3"]}),
+                                      "ana", RatingStore(tmp_path), seed=0))
+    assert again.item["item_id"] == order[0] and again.scores == {"accuracy": 5, "relevance": 4}  # resumes there
