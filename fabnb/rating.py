@@ -17,14 +17,15 @@ module is the plain-Python core that the rating widget is a thin view over:
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from .records import append_jsonl
+from .records import read_jsonl as _read_records
 
 #: Appendix D's four dimensions and their one-line definitions (1-5 scale).
 DIMENSIONS: dict[str, str] = {
@@ -175,38 +176,12 @@ class RatingStore:
         return added
 
     def _append(self, rater: str, record: dict) -> None:
-        # One write() of one line in O_APPEND mode: two processes appending to the same file
-        # cannot interleave inside a line; fsync before returning so a crash keeps it.
-        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
-        fd = os.open(self.path(rater), os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                # A crash left half a line: start on a new one, or this record would be glued to it and lost.
-                line = b"\n" + line
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        append_jsonl(self.path(rater), record)
 
 
 def read_jsonl(path: Path) -> tuple[list[dict], list[dict]]:
     """Rating records of one JSONL file, and its unreadable lines (file, line, message)."""
-    out, problems = [], []
-    with open(path, "rb") as fh:
-        for n, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                rec = json.loads(raw)
-                if not isinstance(rec, dict) or "item_id" not in rec or "scores" not in rec:
-                    raise ValueError("not a rating record")
-            except ValueError as exc:
-                problems.append({"file": str(path), "line": n,
-                                 "message": f"unreadable line skipped ({str(exc)[:80]}); the other lines are loaded"})
-                continue
-            out.append(rec)
-    return out, problems
+    return _read_records(path, required=("item_id", "scores"))
 
 
 def rating_items(pairs) -> pd.DataFrame:
