@@ -40,6 +40,7 @@ class StubServer:
         self.reply, self.delay = reply, delay
         self.requests: list[dict] = []
         self.headers: list[dict] = []
+        self.paths: list[str] = []
         self._lock = threading.Lock()
         stub = self
 
@@ -55,6 +56,7 @@ class StubServer:
                 with stub._lock:
                     stub.requests.append(body)
                     stub.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    stub.paths.append(self.path)
                     n = len(stub.requests)
                 if stub.delay:
                     time.sleep(stub.delay)
@@ -72,6 +74,11 @@ class StubServer:
                 pass
 
         self.httpd = _Server(("127.0.0.1", 0), Handler)
+
+    @property
+    def root(self) -> str:
+        """``http://127.0.0.1:<port>``, for APIs whose paths do not start at /v1."""
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
     @property
     def base_url(self) -> str:

@@ -1,0 +1,340 @@
+"""RAG runs: retrievers, budgets, the reference system, adapter contracts, the grid, dual mode, resume."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fabnb.llm import LLM
+from fabnb.rag import (ANYTHINGLLM_DEFAULTS, AnythingLLM, BM25Retriever, HTTPAdapter, HybridRetriever, MaxKB, Metaso,
+                       RAGConfig, RAGError, RAGFlow, RAGSystem, ReferenceRAG, ResultsStore, TfidfRetriever,
+                       detect_context_use, mode_pairs, output_tokens, questions_frame, retrieval_table, run_grid,
+                       select_context, sweep)
+
+from stub_openai import StubServer, completion
+
+CHUNKS = pd.DataFrame({
+    "chunk_id": ["d1::0", "d1::1", "d2::0", "d3::0"], "doc_id": ["d1", "d1", "d2", "d3"],
+    "n_tokens": [40, 40, 40, 40],
+    "text": ["Copper electroplating fills damascene trenches; additives control the fill.",
+             "The etch rate of silicon nitride in hot phosphoric acid is about 5 nm per minute.",
+             "Gate oxide thickness of 1.2 nm limits leakage current in planar transistors.",
+             "EUV lithography at 13.5 nm wavelength needs reflective multilayer masks."]})
+QUESTIONS = pd.DataFrame({"test_id": ["Q1", "Q2", "Q3"],
+                          "question": ["What is the etch rate of silicon nitride?", "How thick is the gate oxide?",
+                                       "Which wavelength does EUV use?"],
+                          "gold_context": [CHUNKS.text[1], CHUNKS.text[2], CHUNKS.text[3]],
+                          "gold_doc_ids": [("d1",), ("d2",), ("d3",)]})
+
+
+def test_output_schedule_and_budgets():
+    assert [output_tokens(k) for k in (4, 8, 10, 12, 16, 32, 128)] == [1024, 2048, 2048, 4096, 4096, 4096, 4096]
+    c = RAGConfig(4, **ANYTHINGLLM_DEFAULTS)
+    assert (c.n_snippets, c.threshold, c.max_output_tokens, c.input_budget) == (4, 0.25, 1024, 3072)
+    assert RAGConfig(8, output_k=1).max_output_tokens == 1024
+    assert [c.context_k for c in sweep()] == [4, 8, 10, 12, 14, 16, 18, 20, 24, 28, 32]
+
+
+def test_bm25_matches_the_formula_by_hand():
+    r = BM25Retriever(CHUNKS, k1=1.2, b=0.75)
+    q = "etch rate nitride"
+    docs = [t.lower().replace(";", " ").replace(",", " ").rstrip(".").split() for t in CHUNKS.text]
+    avg = np.mean([len(d) for d in docs])
+    n = len(docs)
+    expected = []
+    for d in docs:
+        s = 0.0
+        for term in q.split():
+            df = sum(term in x for x in docs)
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            tf = d.count(term)
+            s += idf * tf * 2.2 / (tf + 1.2 * (1 - 0.75 + 0.75 * len(d) / avg))
+        expected.append(s)
+    expected = np.array(expected) / max(expected)
+    assert np.allclose(r.scores(q), expected, atol=1e-9)
+    assert r.search(q).chunk_id.tolist() == ["d1::1"]
+
+
+def test_tfidf_hybrid_and_context_selection():
+    tf, bm = TfidfRetriever(CHUNKS), BM25Retriever(CHUNKS)
+    for r in (tf, bm, HybridRetriever([tf, bm])):
+        hits = r.search("gate oxide leakage")
+        assert hits.chunk_id.iloc[0] == "d2::0" and hits.score.iloc[0] == pytest.approx(1.0, abs=0.5)
+        assert (hits.score.diff().dropna() <= 0).all()
+    hits = pd.DataFrame({"rank": range(4), "chunk_id": list("abcd"), "doc_id": "d", "score": [0.9, 0.8, 0.5, 0.2],
+                         "n_tokens": [100, 300, 50, 10], "text": "x"})
+    assert select_context(hits, budget=1000).chunk_id.tolist() == list("abcd")
+    assert select_context(hits, budget=1000, threshold=0.25).chunk_id.tolist() == list("abc")
+    assert select_context(hits, budget=1000, n_snippets=2).chunk_id.tolist() == list("ab")
+    assert select_context(hits, budget=200).chunk_id.tolist() == ["a", "c", "d"]  # b overflows, smaller ones fit
+
+
+def test_reference_system_mode_a_and_b_against_a_stub_model(tmp_path):
+    with StubServer() as server:
+        rag = ReferenceRAG(CHUNKS, LLM("stub", server.base_url, cache=False), retriever="bm25")
+        assert isinstance(rag, RAGSystem)
+        config = RAGConfig(4, **ANYTHINGLLM_DEFAULTS)
+        a = rag.ask("What is the etch rate of silicon nitride?", config)
+        prompt = server.requests[-1]["messages"][-1]["content"]
+        assert "phosphoric acid" in prompt and "EUV" not in prompt  # retrieved chunk in, unrelated one out
+        assert [s["id"] for s in a.sources] == ["d1::1"] and a.context_tokens > 0
+        assert server.requests[-1]["max_tokens"] == 1024
+        b = rag.ask("What is the etch rate of silicon nitride?", config, gold_context="GOLD PASSAGE 42")
+        assert "GOLD PASSAGE 42" in server.requests[-1]["messages"][-1]["content"] and b.sources[0]["id"] == "gold"
+        with pytest.raises(RAGError, match="more than the .*input budget") as err:
+            rag.ask("why " * 5000, RAGConfig(4))
+        assert err.value.cause == "over-budget"
+        table = retrieval_table(rag, "gate oxide, copper, etch and EUV", [RAGConfig(0.15, output_k=0.02),
+                                                                          RAGConfig(4)])
+        assert table.groupby("context_k").size().to_dict() == {0.15: 1, 4.0: 4}  # bigger budget, more chunks
+
+
+# --------------------------------------------------------------- adapter contracts
+
+
+def anythingllm_reply(request, n):
+    return 200, {"id": "c1", "type": "textResponse", "close": True, "error": None,
+                 "textResponse": "The etch rate is about 5 nm/min.",
+                 "sources": [{"id": "s1", "title": "d1", "text": CHUNKS.text[1], "score": 0.71}]}, {}
+
+
+def test_anythingllm_contract():
+    with StubServer(anythingllm_reply) as server:
+        a = AnythingLLM(server.root, "fab", api_key="sk-secret-anything")
+        answer = a.ask("What is the etch rate?", RAGConfig(4))
+        assert server.paths[-1] == "/api/v1/workspace/fab/chat"
+        assert server.requests[-1] == {"message": "What is the etch rate?", "mode": "query"}
+        assert server.headers[-1]["authorization"] == "Bearer sk-secret-anything"
+        assert answer.answer.startswith("The etch rate") and answer.sources[0] == {
+            "id": "s1", "doc_id": "d1", "text": CHUNKS.text[1], "score": 0.71}
+        a.configure(RAGConfig(8, **ANYTHINGLLM_DEFAULTS))
+        assert server.paths[-1] == "/api/v1/workspace/fab/update"
+        assert server.requests[-1] == {"topN": 4, "similarityThreshold": 0.25}
+        assert "sk-secret" not in repr(a)
+
+
+def test_ragflow_contract_with_and_without_references():
+    refs = {"chunks": [{"id": "c9", "content": "nitride etch text", "document_name": "d1.pdf", "similarity": 0.8}]}
+
+    def reply(request, n):
+        message = {"role": "assistant", "content": "About 5 nm/min."}
+        if n == 1:
+            message["reference"] = refs
+        return 200, {"id": "x", "object": "chat.completion", "model": "m", "choices": [
+            {"index": 0, "message": message, "finish_reason": "stop"}], "usage": {"prompt_tokens": 30,
+                                                                                 "completion_tokens": 6}}, {}
+
+    with StubServer(reply) as server:
+        a = RAGFlow(server.root, "chat42", api_key="rf-key")
+        first = a.ask("Etch rate?", RAGConfig(4))
+        assert server.paths[-1] == "/api/v1/chats_openai/chat42/chat/completions"
+        body = server.requests[-1]
+        assert body["messages"] == [{"role": "user", "content": "Etch rate?"}] and body["stream"] is False
+        assert body["max_tokens"] == 1024 and body["extra_body"] == {"reference": True}
+        assert first.sources == [{"id": "c9", "doc_id": "d1.pdf", "text": "nitride etch text", "score": 0.8}]
+        assert (first.prompt_tokens, first.completion_tokens) == (30, 6)
+        second = a.ask("Etch rate?", RAGConfig(4))
+        assert second.sources is None and second.context_signal is not None  # Appendix F: inferred
+
+
+def test_maxkb_exposes_no_sources_and_gets_the_heuristic():
+    def reply(request, n):
+        return 200, completion("According to the SEMI standard, the etch rate of silicon nitride is 5 nm/min."), {}
+
+    with StubServer(reply) as server:
+        a = MaxKB(server.root + "/chat/api/app-1", api_key="application-xyz")
+        answer = a.ask("Etch rate?", RAGConfig(4))
+        assert server.paths[-1] == "/chat/api/app-1/chat/completions"
+        assert not a.sources_exposed and answer.sources is None
+        assert answer.context_signal > detect_context_use("I do not know.")["context_signal"]
+    d = detect_context_use("According to SEMI E10 the standard specifies uptime.")
+    assert d["indicators"][:2] == ["according to", "standard specifies"] and 0 < d["context_signal"] <= 1
+
+
+def test_metaso_structured_references():
+    def reply(request, n):
+        body = completion("EUV uses 13.5 nm.")
+        body["citations"] = [{"title": "EUV review", "link": "https://example.org/euv", "snippet": "13.5 nm light"}]
+        return 200, body, {}
+
+    with StubServer(reply) as server:
+        answer = Metaso(server.root + "/api/v1", api_key="mk-1").ask("EUV wavelength?", RAGConfig(4))
+        assert server.paths[-1] == "/api/v1/chat/completions" and server.requests[-1]["model"] == "fast"
+        assert answer.sources == [{"id": "https://example.org/euv", "doc_id": "EUV review", "text": "13.5 nm light",
+                                   "score": None}]
+
+
+def test_generic_http_adapter_template_and_paths():
+    def reply(request, n):
+        return 200, {"data": {"reply": f"ok: {request['query']}", "docs": [{"id": 7, "text": "passage"}]}}, {}
+
+    with StubServer(reply) as server:
+        a = HTTPAdapter("custom", server.root + "/ask", {"query": "{question}", "opts": {"k": "{n_snippets}",
+                                                                                     "label": "ctx {context_k}K"}},
+                        answer_path="data.reply", sources_path="data.docs")
+        answer = a.ask("hi?", RAGConfig(8, n_snippets=3))
+        assert server.requests[-1] == {"query": "hi?", "opts": {"k": 3, "label": "ctx 8K"}}
+        assert answer.answer == "ok: hi?" and answer.sources[0]["id"] == "7"
+        b = a.ask("hi?", RAGConfig(8), gold_context="THE GOLD")
+        assert server.requests[-1]["query"].startswith("Use only this context") and "THE GOLD" in server.requests[-1]["query"]
+        assert b.context_tokens > 0
+
+
+@pytest.mark.parametrize("reply, cause, words", [
+    (lambda r, n: (503, {"error": "overloaded"}, {}), "http-503", "HTTP 503"),
+    (lambda r, n: (401, {"error": "bad key sk-leaky-key"}, {}), "http-401", "HTTP 401"),
+    (lambda r, n: (200, "<html>oops</html>", {}), "bad-response", "not JSON"),
+    (lambda r, n: (200, {"choices": []}, {}), "bad-response", "answer_path"),
+    (lambda r, n: (200, completion("   "), {}), "empty-answer", "empty"),
+    (lambda r, n: (200, {"choices": [{"message": {"content": 42}}]}, {}), "bad-response", "not text"),
+])
+def test_adapter_failures_have_causes_and_hide_the_key(reply, cause, words):
+    with StubServer(reply) as server:
+        a = MaxKB(server.root, api_key="sk-leaky-key")
+        with pytest.raises(RAGError, match=words) as err:
+            a.ask("q?", RAGConfig(4))
+        assert err.value.cause == cause and "sk-leaky-key" not in str(err.value)
+
+
+def test_unreachable_and_timeout():
+    with pytest.raises(RAGError, match="cannot reach") as err:
+        MaxKB("http://127.0.0.1:9", timeout=2).ask("q?", RAGConfig(4))
+    assert err.value.cause == "connection"
+    with StubServer(delay=1.0) as server:
+        with pytest.raises(RAGError, match="within 0.2 s") as err:
+            MaxKB(server.root, timeout=0.2).ask("q?", RAGConfig(4))
+    assert err.value.cause == "timeout"
+
+
+# --------------------------------------------------------------- grid, store, resume
+
+
+def test_grid_records_failures_goes_on_and_resumes_without_asking_again(tmp_path):
+    def reply(request, n):
+        content = request["messages"][-1]["content"]
+        if "gate oxide" in content.lower() and "Context" not in content:
+            return 500, {"error": "boom"}, {}
+        return 200, completion("answer to: " + content[-40:]), {}
+
+    store = ResultsStore(tmp_path / "results.jsonl")
+    with StubServer(reply) as server:
+        systems = [MaxKB(server.root, model="m1"), MaxKB(server.root, model="m2")]
+        run = run_grid(systems, QUESTIONS, [4, 8, 12], store, modes=("A", "B"), concurrency=4, progress=False)
+        assert (run.asked, run.skipped, run.failed) == (36, 0, 6)  # Q2 mode A fails for 2 models x 3 contexts
+        assert run.failures.cause.eq("http-500").all()
+        frame = store.frame()
+        assert len(frame) == 36 and not frame.duplicated(["system", "model", "context_k", "mode", "test_id"]).any()
+        assert frame.groupby("status").size().to_dict() == {"error": 6, "ok": 30}
+        assert set(frame.output_tokens) == {1024, 2048, 4096}
+        n = len(server.requests)
+        again = run_grid(systems, QUESTIONS, [4, 8, 12], store, modes=("A", "B"), progress=False)
+        assert (again.asked, again.skipped) == (6, 30) and len(server.requests) == n + 6  # only the failed cells
+        pairs = mode_pairs(store.frame())
+        assert len(pairs) == 18 and pairs.answer_B.str.startswith("answer to").all()
+
+
+def test_grid_raise_policy_stops_and_keeps_what_was_stored(tmp_path):
+    with StubServer(lambda r, n: (500, {"error": "down"}, {}) if n == 3 else (200, completion("ok"), {})) as server:
+        store = ResultsStore(tmp_path / "r.jsonl")
+        with pytest.raises(RAGError, match="HTTP 500"):
+            run_grid(MaxKB(server.root), QUESTIONS, [4, 8], store, concurrency=1, error_policy="raise",
+                     progress=False)
+        frame = store.frame()
+        assert len(frame) == 3 and frame.status.tolist() == ["ok", "ok", "error"]
+
+
+def test_reference_system_in_the_grid_records_gold_retrieval(tmp_path):
+    with StubServer() as server:
+        rag = ReferenceRAG(CHUNKS, LLM("stub", server.base_url, cache=False), retriever="tfidf")
+        store = ResultsStore(tmp_path / "r.jsonl")
+        run_grid(rag, QUESTIONS, [RAGConfig(1, n_snippets=1, output_k=0.25)], store, modes=("A", "B"),
+                 progress=False)
+    f = store.frame()
+    a = f[f["mode"] == "A"].set_index("test_id")
+    assert a.gold_retrieved.all() and a.n_sources.eq(1).all() and f.status.eq("ok").all()
+    assert f[f["mode"] == "B"].gold_retrieved.isna().all()
+    assert json.loads(store.path.read_text().splitlines()[0])["sources"][0]["text"]  # sources kept with their text
+
+
+def test_truncated_line_in_a_results_store_is_reported(tmp_path):
+    store = ResultsStore(tmp_path / "r.jsonl")
+    store.append({"system": "s", "model": "m", "context_k": 4.0, "mode": "A", "test_id": "Q1", "status": "ok"})
+    with open(store.path, "ab") as fh:
+        fh.write(b'{"system": "s", "model": "m", "conte')
+    store.append({"system": "s", "model": "m", "context_k": 4.0, "mode": "A", "test_id": "Q2", "status": "ok"})
+    records, problems = store.records()
+    assert [r["test_id"] for r in records] == ["Q1", "Q2"] and problems.line.tolist() == [2]
+    assert store.done() == {("s", "m", 4.0, "A", "Q1"), ("s", "m", 4.0, "A", "Q2")}
+
+
+KILLED_GRID = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[3])
+    import pandas as pd
+    from fabnb.rag import MaxKB, ResultsStore, run_grid
+    qs = pd.DataFrame({"test_id": [f"Q{i:02d}" for i in range(40)], "question": [f"question {i}?" for i in range(40)]})
+    run_grid(MaxKB(sys.argv[1]), qs, [4], ResultsStore(sys.argv[2]), concurrency=2, progress=False)
+""")
+
+
+def test_a_killed_grid_resumes_without_asking_a_finished_cell_again(tmp_path):
+    path = tmp_path / "results.jsonl"
+    tests_dir = os.path.dirname(__file__)
+    with StubServer(lambda r, n: (200, completion("a: " + r["messages"][-1]["content"]), {}), delay=0.05) as server:
+        proc = subprocess.Popen([sys.executable, "-c", KILLED_GRID, server.root, str(path), tests_dir])
+        deadline = time.monotonic() + 60
+        while (not path.exists() or len(path.read_text().splitlines()) < 10) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        stored = ResultsStore(path).frame()
+        assert 10 <= len(stored) < 40, "the run was not killed mid-way"
+        before = len(server.requests)
+        qs = pd.DataFrame({"test_id": [f"Q{i:02d}" for i in range(40)], "question": [f"question {i}?" for i in range(40)]})
+        run = run_grid(MaxKB(server.root), qs, [4], ResultsStore(path), concurrency=2, progress=False)
+    assert run.skipped == len(stored) and run.asked == 40 - len(stored)
+    assert len(server.requests) - before == 40 - len(stored)  # no finished cell asked again
+    final = ResultsStore(path).frame()
+    assert len(final) == 40 and final.status.eq("ok").all() and final.test_id.is_unique
+    assert ResultsStore(path).records()[1].empty  # the kill cut no line: each record is one write
+
+
+def test_questions_frame_from_fab_bench(fab_bench):
+    q = questions_frame(fab_bench.pairs[:5])
+    assert q.gold_context.str.len().gt(50).all() and q.gold_doc_ids.map(len).ge(1).all()
+
+
+# --------------------------------------------------------------- the real embedded model
+
+
+def test_sweep_on_the_embedded_model_with_dual_mode(tmp_path, fab_bench, evidence_chunks):
+    """Three context budgets x modes A and B x two FAB-Bench questions on Gemma 3 270M (llama.cpp)."""
+    from fabnb.llm import ResponseCache
+    from fabnb.local import LocalServer
+
+    chunks, _ = evidence_chunks
+    questions = questions_frame([p for p in fab_bench.pairs if p.test_type == "robustness"][:2])
+    configs = [RAGConfig(k, output_k=0.0625) for k in (0.5, 1, 2)]  # small budgets: ~200 prompt tokens/s here
+    store = ResultsStore(tmp_path / "sweep.jsonl")
+    with LocalServer(n_ctx=4096) as server:
+        rag = ReferenceRAG(chunks, server.llm(cache=ResponseCache(tmp_path / "c.sqlite")), retriever="bm25")
+        run = run_grid(rag, questions, configs, store, modes=("A", "B"), concurrency=1, progress=False)
+        assert run.failed == 0, run.failures.to_string()
+        rerun = run_grid(rag, questions, configs, store, modes=("A", "B"), progress=False)
+    assert (rerun.asked, rerun.skipped) == (0, 12)
+    f = store.frame()
+    assert len(f) == 12 and f.answer.str.strip().str.len().gt(0).all() and f.model.eq(rag.model).all()
+    a = f[f["mode"] == "A"]
+    used = a.groupby("context_k").context_tokens.mean()
+    assert used.is_monotonic_increasing and used.iloc[-1] > used.iloc[0]  # a bigger budget carries more context
+    assert (a.prompt_tokens <= a.context_k * 1024).all() and a.gold_retrieved.notna().all()
+    pairs = mode_pairs(f)
+    assert len(pairs) == 6 and pairs.status_A.eq("ok").all() and pairs.status_B.eq("ok").all()
