@@ -16,6 +16,8 @@ The package follows the FAB-Bench pipeline (arXiv 2605.26476), one module per st
 - :mod:`fabnb.testcases`: RAG-TESTER's test generators and baselines;
 - :mod:`fabnb.curation`: candidates to benchmark: keep / drop / edit, near-duplicates, targets;
 - :mod:`fabnb.rating`: the expert-rating store, rating sessions and agreement statistics;
+- :mod:`fabnb.rag`: the reference RAG system, framework adapters, context sweeps, dual mode;
+- :mod:`fabnb.records`: append-only JSONL files that survive a crash (the stores' storage);
 - :mod:`fabnb.widgets`: Jupyter views (anywidget) over the corpus, curation and rating sessions;
 - :mod:`fabnb.scores`: score frames: read, check, reshape;
 - :mod:`fabnb.analysis`: scaling curves, operating points, correlations, dilution;
@@ -34,7 +36,7 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = ("schema", "published", "datasets", "corpus", "terms", "vectors", "synthesis", "passages",
-               "llm", "local", "generation", "testcases", "curation", "rating", "widgets",
+               "llm", "local", "generation", "testcases", "curation", "rating", "rag", "records", "widgets",
                "scores", "analysis", "plots", "claims", "report", "cli")
 
 

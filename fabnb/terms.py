@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -106,10 +106,11 @@ class KnowledgeBase:
     # ------------------------------------------------------------ construction
     @classmethod
     def default(cls) -> "KnowledgeBase":
-        """The paper's semiconductor base (Appendix A): 431 listed entries, 428 distinct terms."""
-        with resources.files("fabnb.published").joinpath("knowledge_base_terms.csv").open(encoding="utf-8") as fh:
-            listing = pd.read_csv(fh)
-        return cls.from_frame(listing, "FAB-Bench Appendix A")
+        """The paper's semiconductor base (Appendix A): 431 listed entries, 428 distinct terms.
+
+        Built once per process (it is read-only in use), so calling this in a loop is free.
+        """
+        return _default_kb()
 
     @classmethod
     def from_frame(cls, frame: pd.DataFrame, name: str = "knowledge base",
@@ -333,6 +334,13 @@ class Highlighted(str):
 
     def _repr_html_(self) -> str:
         return self._STYLE + str(self)
+
+
+@lru_cache(maxsize=1)
+def _default_kb() -> KnowledgeBase:
+    with resources.files("fabnb.published").joinpath("knowledge_base_terms.csv").open(encoding="utf-8") as fh:
+        listing = pd.read_csv(fh)
+    return KnowledgeBase.from_frame(listing, "FAB-Bench Appendix A")
 
 
 def precision_level(density: float, high_weight_presence: float) -> str:
