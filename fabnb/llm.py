@@ -247,6 +247,17 @@ class LLM:
     def __getstate__(self):
         raise TypeError("an LLM holds a secret and is not picklable; pass its settings instead.")
 
+    def with_defaults(self, **params) -> "LLM":
+        """The same endpoint, key, cache and usage log, with extra default sampling parameters.
+
+        >>> LLM("m", "http://127.0.0.1:9/v1", cache=False).with_defaults(seed=2).defaults
+        {'seed': 2}
+        """
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__)  # shares the key (name-mangled), cache, usage and clients
+        other.defaults = {**self.defaults, **params}
+        return other
+
     # ------------------------------------------------------------- internals
     def _sanitize(self, text: str) -> str:
         return text.replace(self.__key, "***") if self._has_key and len(self.__key) > 3 else text

@@ -803,29 +803,36 @@ def questions_frame(pairs) -> pd.DataFrame:
                                        "gold_context", "gold_doc_ids"])
 
 
-def _key(record: dict) -> tuple:
-    return tuple(str(record[k]) if k != "context_k" else float(record[k]) for k in RESULT_KEYS)
-
-
 class ResultsStore:
-    """RAG answers in one append-only JSONL file, one record per (system, model, context, mode, question).
+    """Records in one append-only JSONL file, one cell per key (for RAG answers: system, model, context, mode, question).
 
     Every answer and every failure is appended (and fsynced) as it arrives. Reading
     keeps the latest record per cell; a line cut off by a crash is reported and skipped.
+    The judging stage keeps its scores in the same kind of store, with a longer key.
 
     Parameters
     ----------
     path : path
         The ``.jsonl`` file (its folder is created).
+    keys : tuple of str
+        The fields that name a cell.
+    columns : list of str, optional
+        Column order of :meth:`frame` (default: :data:`RESULT_COLUMNS` for RAG answers).
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, keys: tuple[str, ...] = RESULT_KEYS, columns: list[str] | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.keys = tuple(keys)
+        self.columns = columns or (RESULT_COLUMNS if self.keys == RESULT_KEYS else None)
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"ResultsStore({str(self.path)!r})"
+
+    def key(self, record: dict) -> tuple:
+        """The cell a record belongs to (context sizes as floats, the rest as text)."""
+        return tuple(float(record[k]) if k == "context_k" else str(record[k]) for k in self.keys)
 
     def append(self, record: dict) -> None:
         with self._lock:
@@ -835,25 +842,27 @@ class ResultsStore:
         """Every record in file order, and the unreadable lines (file, line, message)."""
         if not self.path.exists():
             return [], pd.DataFrame(columns=["file", "line", "message"])
-        recs, problems = read_jsonl(self.path, required=RESULT_KEYS)
+        recs, problems = read_jsonl(self.path, required=self.keys)
         return recs, pd.DataFrame(problems, columns=["file", "line", "message"])
 
     def done(self) -> set:
         """Keys of cells answered successfully."""
-        return {_key(r) for r in self.records()[0] if r.get("status") == "ok"}
+        return {self.key(r) for r in self.records()[0] if r.get("status") == "ok"}
 
     def frame(self, history: bool = False) -> pd.DataFrame:
-        """The results as a tidy frame (:data:`RESULT_COLUMNS`), one row per cell unless ``history``.
+        """The records as a tidy frame, one row per cell unless ``history``.
 
-        A successful answer is never replaced by a later failure of the same cell.
+        A successful record is never replaced by a later failure of the same cell.
         """
         recs = self.records()[0]
-        frame = pd.DataFrame(recs).reindex(columns=RESULT_COLUMNS) if recs else pd.DataFrame(columns=RESULT_COLUMNS)
+        frame = pd.DataFrame(recs)
+        if self.columns is not None:
+            frame = frame.reindex(columns=self.columns)
         if history or frame.empty:
             return frame
         frame["_ok"] = frame["status"].eq("ok")
         frame["_order"] = np.arange(len(frame))
-        frame = frame.sort_values(["_ok", "_order"]).drop_duplicates(list(RESULT_KEYS), keep="last")
+        frame = frame.sort_values(["_ok", "_order"]).drop_duplicates(list(self.keys), keep="last")
         return frame.sort_values("_order").drop(columns=["_ok", "_order"]).reset_index(drop=True)
 
 
@@ -940,8 +949,9 @@ def run_grid(systems, questions: pd.DataFrame, configs, store: ResultsStore | st
     done = store.done()
     qs = questions.to_dict("records")
     cells = [(s, q, c, m) for s in systems for c in configs for m in modes for q in qs]
-    todo = [cell for cell in cells
-            if (cell[0].name, cell[0].model, float(cell[2].context_k), cell[3], str(cell[1]["test_id"])) not in done]
+    todo = [cell for cell in cells if store.key({"system": cell[0].name, "model": cell[0].model, "mode": cell[3],
+                                                 "context_k": cell[2].context_k, "test_id": cell[1]["test_id"]})
+            not in done]
     bar = None
     if progress:
         from tqdm.auto import tqdm
