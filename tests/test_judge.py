@@ -257,3 +257,33 @@ def test_mcnemar_bootstrap_precision_and_agreement():
     e = pd.DataFrame({"test_id": list("abcde"), "metric": "depth", "score": [1, 2, 3, 5, 4]})
     agree = judge_expert_agreement(j, e).iloc[0]
     assert agree.n == 5 and agree.spearman == pytest.approx(0.9)
+
+
+# --------------------------------------------------------------- the real embedded model
+
+
+def test_judging_on_the_embedded_model_records_both_scoring_modes(tmp_path, fab_bench):
+    """Gemma 3 270M on llama.cpp as the judge: weighted scores with logprobs, integers without."""
+    from fabnb.llm import ResponseCache
+    from fabnb.local import LocalServer
+    from fabnb.rag import questions_frame
+
+    questions = questions_frame([p for p in fab_bench.pairs if p.question_format == "SUBJECTIVE"][:2])
+    results = pd.DataFrame([{"system": "s", "model": "m", "context_k": 1.0, "mode": "A", "test_id": t,
+                             "status": "ok", "answer": a, "sources": [{"id": "c", "doc_id": "d", "text": ev[:600]}]}
+                            for t, a, ev in zip(questions.test_id, questions.ground_truth_answer.str[:400],
+                                                questions.gold_context)])
+    with LocalServer(n_ctx=4096) as server:
+        llm = server.llm(cache=ResponseCache(tmp_path / "judge.sqlite"), concurrency=1)
+        weighted = judge_results(results, questions, llm, tmp_path / "w.jsonl", metrics=["relevance", "depth"],
+                                 progress=False)
+        integer = judge_results(results, questions, llm, tmp_path / "i.jsonl", metrics=["relevance", "depth"],
+                                logprobs=False, progress=False)
+    assert weighted.failed == 0 and integer.failed == 0, (weighted.failures, integer.failures)
+    w, i = score_store(tmp_path / "w.jsonl").frame(), score_store(tmp_path / "i.jsonl").frame()
+    assert len(w) == len(i) == 4 and w.score.between(0, 1).all() and i.score.between(0, 1).all()
+    assert i.scoring.eq("integer").all() and i.scoring_note.str.contains("no logprobs").all()
+    assert w.scoring.eq("weighted").any(), w[["raw_score", "scoring_note"]]  # digits 0-9 are single tokens here
+    ww = w[w.scoring == "weighted"]
+    assert (ww.score * 10 - ww.raw_score).abs().le(1).all() and ww.weighted_score.notna().all()
+    assert w.judge_model.eq(llm.model).all() and w.reason.str.len().gt(0).all()
