@@ -191,9 +191,19 @@ def _deepeval():
     return deepeval
 
 
-REASON_SCORE_SCHEMA = {"type": "object", "properties": {"reason": {"type": "string", "maxLength": 600},
-                                                        "score": {"type": "integer", "minimum": 0, "maximum": 10}},
-                       "required": ["reason", "score"]}
+# The score as an enum of 0..10: grammar-constrained servers (llama.cpp) enforce an enum, not min/max.
+def reason_score_schema(reason_chars: int = 400) -> dict:
+    """The JSON schema of a judge's reply: a reason (at most ``reason_chars``) and an integer score 0-10.
+
+    The score is an enum: grammar-constrained servers (llama.cpp) enforce an enum, not
+    minimum/maximum. The reason excludes quotes, backslashes and control characters; a
+    grammar otherwise lets a raw newline into the string, which strict JSON parsers refuse.
+    """
+    return {"type": "object",
+            "properties": {"reason": {"type": "string", "maxLength": int(reason_chars),
+                                      "pattern": '^[^"\\\\\\x00-\\x1f]+$'},
+                           "score": {"type": "integer", "enum": list(range(SCALE[0], SCALE[1] + 1))}},
+            "required": ["reason", "score"]}
 
 
 def _chat_completion(done):
@@ -213,7 +223,36 @@ def _chat_completion(done):
                   "total_tokens": done.prompt_tokens + done.completion_tokens}})
 
 
-def judge_model(llm, logprobs: bool = True, max_tokens: int = 400, schema: bool = True, temperature: float = 0.0):
+_LOGPROBS: dict = {}
+_LOGPROBS_LOCK = threading.Lock()
+
+
+def logprobs_supported(llm) -> bool:
+    """Whether the judge's server returns logprobs: one tiny probe per endpoint and model, remembered.
+
+    A server that refuses them (llama.cpp started without ``logits_all``) answers with an
+    error; probing once, without retries, keeps every later judge call from paying for
+    that error and its retries.
+    """
+    from .llm import LLMError
+
+    key = (llm.base_url, llm.model)
+    with _LOGPROBS_LOCK:
+        if key not in _LOGPROBS:
+            probe = llm.with_defaults()
+            probe.max_retries, probe.cache = 0, None
+            try:
+                done = probe.complete("Say 1.", max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=2)
+                _LOGPROBS[key] = bool(done.logprobs)
+            except LLMError as exc:
+                if exc.cause in ("connection", "timeout"):
+                    raise
+                _LOGPROBS[key] = False
+        return _LOGPROBS[key]
+
+
+def judge_model(llm, logprobs: bool = True, max_tokens: int = 400, schema: bool = True, temperature: float = 0.0,
+                reason_chars: int = 400):
     """A DeepEval model over any OpenAI-compatible :class:`fabnb.llm.LLM`.
 
     It implements ``generate_raw_response`` / ``a_generate_raw_response``, which is
@@ -228,7 +267,9 @@ def judge_model(llm, logprobs: bool = True, max_tokens: int = 400, schema: bool 
     class JudgeModel(DeepEvalBaseLLM):
         def __init__(self):
             self.llm, self.logprobs, self.max_tokens, self.schema = llm, logprobs, max_tokens, schema
-            self.temperature = temperature
+            self.temperature, self.reason_chars = temperature, reason_chars
+            self.refused_logprobs = bool(logprobs) and not logprobs_supported(llm)
+            self.logprobs = bool(logprobs) and not self.refused_logprobs
             self.last = None
             super().__init__(llm.model)
 
@@ -241,7 +282,7 @@ def judge_model(llm, logprobs: bool = True, max_tokens: int = 400, schema: bool 
         def _params(self, top_logprobs: int | None):
             params = {"max_tokens": self.max_tokens, "temperature": self.temperature}
             if self.schema:
-                params["response_format"] = {"type": "json_object", "schema": REASON_SCORE_SCHEMA}
+                params["response_format"] = {"type": "json_object", "schema": reason_score_schema(self.reason_chars)}
             if self.logprobs and top_logprobs:
                 params.update(logprobs=True, top_logprobs=min(int(top_logprobs), 20))
             return params
@@ -259,10 +300,37 @@ def judge_model(llm, logprobs: bool = True, max_tokens: int = 400, schema: bool 
             return _chat_completion(self.last), self.last.cost or 0.0
 
         async def a_generate_raw_response(self, prompt: str, top_logprobs: int = 20, **kwargs):
-            self.last = await self.llm.acomplete(prompt, **self._params(top_logprobs))
+            from .llm import LLMError
+
+            try:
+                self.last = await self.llm.acomplete(prompt, **self._params(top_logprobs))
+            except LLMError as exc:
+                if not (self.logprobs and "logprob" in str(exc).lower()):
+                    raise
+                # A server that refuses logprobs (llama.cpp without logits_all): score as an integer.
+                self.logprobs, self.refused_logprobs = False, True
+                self.last = await self.llm.acomplete(prompt, **self._params(None))
             return _chat_completion(self.last), self.last.cost or 0.0
 
     return JudgeModel()
+
+
+def _template():
+    """DeepEval's G-Eval prompt without its example JSON, whose placeholder reason small judges copy verbatim."""
+    from deepeval.metrics.g_eval.g_eval import GEvalTemplate
+
+    class Template(GEvalTemplate):
+        @staticmethod
+        def generate_evaluation_results(**kwargs):
+            text = GEvalTemplate.generate_evaluation_results(**kwargs)
+            return re.sub(r"-*\s*\*\*Example JSON:\*\*.*?\}\s*", "Write the reason first, then the score.\n\n",
+                          text, flags=re.S)
+
+    return Template
+
+
+#: DeepEval's placeholder reason; a judge that returns it has copied the example, not judged.
+PLACEHOLDER_REASONS = ("your concise and informative reason here",)
 
 
 def geval_metric(metric: str, variant: str, model):
@@ -282,27 +350,56 @@ def geval_metric(metric: str, variant: str, model):
         params.append(P.RETRIEVAL_CONTEXT)
     rubric = [Rubric(score_range=band, expected_outcome=text) for band, text in zip(BANDS, RUBRICS[metric][variant])]
     return GEval(name=metric, evaluation_params=params, evaluation_steps=list(STEPS[metric]), rubric=rubric,
-                 model=model, async_mode=True, _include_g_eval_suffix=False)
+                 model=model, async_mode=True, _include_g_eval_suffix=False, evaluation_template=_template())
 
 
-def weighted_score(raw: int, logprobs) -> float | None:
-    """G-Eval's probability-weighted score from the logprobs of the score token, or None.
+def _digit_probs(alternatives) -> dict:
+    """token -> linear probability for the alternatives at one position (those >= 1%)."""
+    out = {}
+    for alt in alternatives:
+        if alt["logprob"] >= math.log(0.01):
+            out[alt["token"]] = out.get(alt["token"], 0.0) + math.exp(alt["logprob"])
+    return out
+
+
+def weighted_score(raw: int, logprobs) -> tuple[float, str] | None:
+    """G-Eval's probability-weighted score from the judge's logprobs, and how it was found; None if it cannot be.
 
     DeepEval's rule: the last generated token equal to the raw score; its top
     alternatives that are decimal tokens with probability >= 1%; sum(s * p) / sum(p).
-    None when there are no logprobs or the score is not one token (e.g. "10" spelled
-    "1", "0").
+    Tokenizers that spell numbers digit by digit (Gemma, Llama) never emit a "10" token;
+    for them the distribution over 0-10 is read from two positions: P(d) for a first
+    digit d, and for "1" the next position's split between "0" (10) and the end (1).
+
+    Examples
+    --------
+    >>> lp = lambda tok, alts: {"token": tok, "top_logprobs": [{"token": t, "logprob": math.log(p)} for t, p in alts]}
+    >>> weighted_score(7, [lp("7", [("7", .6), ("8", .3), ("6", .1)])])[0]
+    7.2
+    >>> round(weighted_score(10, [lp("1", [("1", .8), ("9", .2)]), lp("0", [("0", .75), ("}", .25)])])[0], 2)
+    8.0
     """
     if not logprobs:
         return None
     for tok in reversed(logprobs):
         if tok["token"] == str(raw):
-            probs = {}
-            for alt in tok["top_logprobs"]:
-                if alt["logprob"] >= math.log(0.01) and alt["token"].isdecimal():
-                    probs[int(alt["token"])] = probs.get(int(alt["token"]), 0.0) + math.exp(alt["logprob"])
+            probs = {int(t): p for t, p in _digit_probs(tok["top_logprobs"]).items() if t.isdecimal()}
             total = sum(probs.values())
-            return sum(s * p for s, p in probs.items()) / total if total else float(raw)
+            return (sum(s * p for s, p in probs.items()) / total if total else float(raw)), "single score token"
+    if raw == 10:
+        for i in range(len(logprobs) - 2, -1, -1):
+            if logprobs[i]["token"] == "1" and logprobs[i + 1]["token"] == "0":
+                first = {t: p for t, p in _digit_probs(logprobs[i]["top_logprobs"]).items() if t.isdecimal()}
+                second = _digit_probs(logprobs[i + 1]["top_logprobs"])
+                p0 = second.get("0", 0.0)
+                p_end = sum(p for t, p in second.items() if not t.strip().isdecimal())
+                dist = {int(t): p for t, p in first.items() if t != "1" and len(t) == 1}
+                if "1" in first and p0 + p_end > 0:
+                    dist[10] = first["1"] * p0 / (p0 + p_end)
+                    dist[1] = first["1"] * p_end / (p0 + p_end)
+                total = sum(dist.values())
+                if total:
+                    return sum(s * p for s, p in dist.items()) / total, "digit tokens '1', '0'"
     return None
 
 
@@ -316,7 +413,8 @@ class JudgeError(RuntimeError):
 
 async def score_answer(llm, metric: str, *, question: str, answer: str, expected: str = "",
                        question_format: str = "SUBJECTIVE", sources: list[str] | None = None,
-                       logprobs: bool = True, max_answer_tokens: int = 3000, temperature: float = 0.0) -> dict:
+                       logprobs: bool = True, max_answer_tokens: int = 3000, temperature: float = 0.0,
+                       reason_chars: int = 400) -> dict:
     """One G-Eval score of one answer on one metric (async).
 
     Returns
@@ -348,7 +446,7 @@ async def score_answer(llm, metric: str, *, question: str, answer: str, expected
     _deepeval()
     from deepeval.test_case import LLMTestCase
 
-    model = judge_model(llm, logprobs=logprobs, temperature=temperature)
+    model = judge_model(llm, logprobs=logprobs, temperature=temperature, reason_chars=reason_chars)
     g = geval_metric(metric, variant, model)
     case = LLMTestCase(input=question, actual_output=answer, expected_output=expected or None,
                        retrieval_context=list(sources) if has_context else None)
@@ -370,14 +468,21 @@ async def score_answer(llm, metric: str, *, question: str, answer: str, expected
         raise JudgeError(f"the judge gave {raw!r}, outside {SCALE[0]}-{SCALE[1]}.", "out-of-range")
     if not str(data.get("reason", "")).strip():
         raise JudgeError("the judge gave no reason.", "missing-field")
-    weighted = weighted_score(int(raw), done.logprobs)
-    if weighted is not None:
-        scoring, note = "weighted", "probability-weighted over the score token's top logprobs"
+    if str(data["reason"]).strip().lower() in PLACEHOLDER_REASONS:
+        raise JudgeError("the judge copied the prompt's example instead of judging.", "copied-example")
+    found = weighted_score(int(raw), done.logprobs)
+    if found is not None:
+        weighted, how = found
+        scoring, note = "weighted", f"probability-weighted over the top logprobs ({how})"
+        score = (weighted - SCALE[0]) / (SCALE[1] - SCALE[0])
+        if how != "single score token":
+            note += "; DeepEval's single-token rule would give the integer here"
     else:
-        scoring = "integer"
-        note = ("the server returned no logprobs" if not done.logprobs else
-                f"the score {raw} is not a single token in the judge's output")
-    return {**base, "score": float(g.score), "raw_score": int(raw), "weighted_score": weighted,
+        weighted, scoring, score = None, "integer", float(g.score)
+        note = ("the server does not return logprobs" if model.refused_logprobs else
+                "the server returned no logprobs" if not done.logprobs else
+                f"the score token {raw} is not among the judge's logprobs")
+    return {**base, "score": float(score), "raw_score": int(raw), "weighted_score": weighted,
             "scoring": scoring, "scoring_note": note, "reason": str(data["reason"])}
 
 
@@ -428,8 +533,8 @@ def score_store(path: str | Path) -> ResultsStore:
 
 
 def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, metrics=METRICS, replicates: int = 1,
-                  logprobs: bool = True, temperature: float = 0.0, error_policy: str = "record",
-                  progress: bool = True) -> JudgeRun:
+                  logprobs: bool = True, temperature: float = 0.0, reason_chars: int = 400,
+                  error_policy: str = "record", progress: bool = True) -> JudgeRun:
     """Score every answered cell of a RAG results frame on the six metrics, into a score store.
 
     Parameters
@@ -449,6 +554,9 @@ def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, me
         server's own nondeterminism, so raise it to measure the judge's spread.
     logprobs : bool
         Ask for top logprobs (probability weighting); the score records whether it got them.
+    temperature : float
+    reason_chars : int
+        Longest reason the judge may write (a small local judge is slow per token).
     error_policy : {"record", "raise"}
 
     Returns
@@ -492,7 +600,8 @@ def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, me
                 out = await score_answer(judge, metric, question=q["question"], answer=str(r.get("answer") or ""),
                                          expected=str(q.get("ground_truth_answer", "")),
                                          question_format=str(q.get("question_format", "SUBJECTIVE")),
-                                         sources=sources, logprobs=logprobs, temperature=temperature)
+                                         sources=sources, logprobs=logprobs, temperature=temperature,
+                                         reason_chars=reason_chars)
                 record = {**key, "status": "ok", "cause": "", "error": "", **out}
             except JudgeError as exc:
                 record = {**key, "status": "error", "cause": exc.cause, "error": str(exc)}

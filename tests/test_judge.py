@@ -48,10 +48,14 @@ def test_rubrics_cover_six_metrics_two_variants_and_0_to_10():
 
 def test_weighted_score_follows_g_eval():
     toks = [lp("7", [("7", .6), ("8", .3), ("6", .1)])]
-    assert weighted_score(7, toks) == pytest.approx(7.2)
-    assert weighted_score(7, None) is None and weighted_score(10, toks) is None  # "10" is not that token
+    assert weighted_score(7, toks)[0] == pytest.approx(7.2)
+    assert weighted_score(7, None) is None and weighted_score(10, toks) is None  # no "10" anywhere
     low = [lp("7", [("7", .995), ("x", .004), ("3", .001)])]
-    assert weighted_score(7, low) == pytest.approx(7.0)  # below 1% and non-digits are dropped
+    assert weighted_score(7, low)[0] == pytest.approx(7.0)  # below 1% and non-digits are dropped
+    # digit-by-digit tokenizers: "10" is "1" then "0"; P(10) = P("1") P("0" | "1"), P(1) = P("1") P(end | "1")
+    split = [lp("1", [("1", .7), ("9", .2), ("8", .1)]), lp("0", [("0", .5), ("}", .5)])]
+    value, how = weighted_score(10, split)
+    assert value == pytest.approx(10 * .35 + 1 * .35 + 9 * .2 + 8 * .1) and "digit" in how
 
 
 def test_weighted_and_integer_modes_are_recorded_with_judge_and_rubric():
@@ -273,17 +277,19 @@ def test_judging_on_the_embedded_model_records_both_scoring_modes(tmp_path, fab_
                              "status": "ok", "answer": a, "sources": [{"id": "c", "doc_id": "d", "text": ev[:600]}]}
                             for t, a, ev in zip(questions.test_id, questions.ground_truth_answer.str[:400],
                                                 questions.gold_context)])
-    with LocalServer(n_ctx=4096) as server:
+    with LocalServer(n_ctx=4096, logits_all=True) as server:  # returns logprobs: weighted scores
         llm = server.llm(cache=ResponseCache(tmp_path / "judge.sqlite"), concurrency=1)
-        weighted = judge_results(results, questions, llm, tmp_path / "w.jsonl", metrics=["relevance", "depth"],
-                                 progress=False)
-        integer = judge_results(results, questions, llm, tmp_path / "i.jsonl", metrics=["relevance", "depth"],
-                                logprobs=False, progress=False)
+        weighted = judge_results(results, questions, llm, tmp_path / "w.jsonl", metrics=["relevance"],
+                                 reason_chars=80, progress=False)
+    with LocalServer(n_ctx=4096) as plain:  # refuses logprobs: the judge falls back to integer scores
+        integer = judge_results(results, questions, plain.llm(cache=False, concurrency=1), tmp_path / "i.jsonl",
+                                metrics=["relevance"], reason_chars=80, progress=False)
     assert weighted.failed == 0 and integer.failed == 0, (weighted.failures, integer.failures)
     w, i = score_store(tmp_path / "w.jsonl").frame(), score_store(tmp_path / "i.jsonl").frame()
-    assert len(w) == len(i) == 4 and w.score.between(0, 1).all() and i.score.between(0, 1).all()
-    assert i.scoring.eq("integer").all() and i.scoring_note.str.contains("no logprobs").all()
-    assert w.scoring.eq("weighted").any(), w[["raw_score", "scoring_note"]]  # digits 0-9 are single tokens here
+    assert len(w) == len(i) == 2 and w.score.between(0, 1).all() and i.score.between(0, 1).all()
+    assert i.scoring.eq("integer").all() and i.scoring_note.eq("the server does not return logprobs").all()
+    assert w.scoring.eq("weighted").any(), w[["raw_score", "scoring_note"]]
     ww = w[w.scoring == "weighted"]
-    assert (ww.score * 10 - ww.raw_score).abs().le(1).all() and ww.weighted_score.notna().all()
+    assert np.allclose(ww.score, ww.weighted_score / 10) and ww.weighted_score.between(0, 10).all()
+    assert not (w.reason.str.lower() == "your concise and informative reason here").any()
     assert w.judge_model.eq(llm.model).all() and w.reason.str.len().gt(0).all()

@@ -14,6 +14,13 @@ from gen_helpers import small_contexts
 
 @pytest.fixture(scope="module")
 def server():
+    """Started with logits_all, which logprobs need; every call on it is several times slower."""
+    with LocalServer(n_ctx=4096, logits_all=True) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def fast_server():
     with LocalServer(n_ctx=4096) as s:
         yield s
 
@@ -29,18 +36,18 @@ def test_server_answers_with_usage_and_logprobs(server, tmp_path):
     assert again.cached and again.text == done.text
 
 
-def test_schema_constrained_output_is_valid_json(server):
+def test_schema_constrained_output_is_valid_json(fast_server):
     schema = {"type": "object", "properties": {"verdict": {"type": "string", "enum": ["yes", "no"]}},
               "required": ["verdict"]}
-    llm = server.llm(cache=False)
+    llm = fast_server.llm(cache=False)
     done = llm.complete("Write a long story about a wafer fab.", max_tokens=20, temperature=0.9,
                         response_format={"type": "json_object", "schema": schema})
     assert json.loads(done.text)["verdict"] in ("yes", "no")
 
 
-def test_generation_on_the_real_model_counts_and_retries_failures(server, tmp_path):
+def test_generation_on_the_real_model_counts_and_retries_failures(fast_server, tmp_path):
     chunks, contexts = small_contexts()
-    llm = server.llm(cache=ResponseCache(tmp_path / "gen.sqlite"))
+    llm = fast_server.llm(cache=ResponseCache(tmp_path / "gen.sqlite"))
     run = generate_qa(contexts, llm, n=2, chunks=chunks, config=GenerationConfig(max_tokens=256, r_max=4))
     a = run.attempts
     assert len(run.pairs) >= 1, run.attempts[["failure", "message"]].to_string()

@@ -33,13 +33,13 @@ def test_corpus_to_figures_end_to_end(tmp_path):
         grid = run_grid(rag, questions, configs, answers, progress=False)
         assert grid.failed == 0, grid.failures.to_string()
 
-        scored = judge_results(answers.frame(), questions, llm, tmp_path / "scores.jsonl",
-                               metrics=["relevance", "factuality"], progress=False)
+        scored = judge_results(answers.frame(), questions, llm, tmp_path / "scores.jsonl", metrics=["relevance"],
+                               reason_chars=120, progress=False)
         assert scored.failed == 0, scored.failures.to_string()
 
     scores = to_score_frame(score_store(tmp_path / "scores.jsonl").frame())
     frame = check_scores(scores.drop(columns="n"), require_all_metrics=False)
-    assert sorted(frame.context_k.unique()) == [0.25, 0.5, 1.0] and set(frame.metric) == {"relevance", "factuality"}
+    assert sorted(frame.context_k.unique()) == [0.25, 0.5, 1.0] and set(frame.metric) == {"relevance"}
     fits = analysis.fit_log_curves(frame, metric="relevance")
     assert len(fits) == 1 and fits.model.iloc[0] == rag.model
     ax = plots.plot_scaling(frame, metric="relevance")
