@@ -36,6 +36,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -251,22 +252,15 @@ def logprobs_supported(llm) -> bool:
         return _LOGPROBS[key]
 
 
-def judge_model(llm, logprobs: bool = True, max_tokens: int = 400, schema: bool = True, temperature: float = 0.0,
-                reason_chars: int = 400):
-    """A DeepEval model over any OpenAI-compatible :class:`fabnb.llm.LLM`.
-
-    It implements ``generate_raw_response`` / ``a_generate_raw_response``, which is
-    how DeepEval's G-Eval gets top logprobs for probability weighting from a model it
-    does not know by name. Calls go through the LLM layer (cache, retries). With
-    ``schema=True`` the judge's JSON (``{"reason", "score"}``) is constrained by a JSON
-    schema, which small local models need. The last completion is kept in ``.last``.
-    """
+@lru_cache(maxsize=1)
+def _judge_model_class():
+    # Defined once: DeepEval wraps every subclass's methods for tracing when the class is created.
     _deepeval()
     from deepeval.models import DeepEvalBaseLLM
 
     class JudgeModel(DeepEvalBaseLLM):
-        def __init__(self):
-            self.llm, self.logprobs, self.max_tokens, self.schema = llm, logprobs, max_tokens, schema
+        def __init__(self, llm, logprobs, max_tokens, schema, temperature, reason_chars):
+            self.llm, self.max_tokens, self.schema = llm, max_tokens, schema
             self.temperature, self.reason_chars = temperature, reason_chars
             self.refused_logprobs = bool(logprobs) and not logprobs_supported(llm)
             self.logprobs = bool(logprobs) and not self.refused_logprobs
@@ -300,21 +294,27 @@ def judge_model(llm, logprobs: bool = True, max_tokens: int = 400, schema: bool 
             return _chat_completion(self.last), self.last.cost or 0.0
 
         async def a_generate_raw_response(self, prompt: str, top_logprobs: int = 20, **kwargs):
-            from .llm import LLMError
-
-            try:
-                self.last = await self.llm.acomplete(prompt, **self._params(top_logprobs))
-            except LLMError as exc:
-                if not (self.logprobs and "logprob" in str(exc).lower()):
-                    raise
-                # A server that refuses logprobs (llama.cpp without logits_all): score as an integer.
-                self.logprobs, self.refused_logprobs = False, True
-                self.last = await self.llm.acomplete(prompt, **self._params(None))
+            self.last = await self.llm.acomplete(prompt, **self._params(top_logprobs))
             return _chat_completion(self.last), self.last.cost or 0.0
 
-    return JudgeModel()
+    return JudgeModel
 
 
+def judge_model(llm, logprobs: bool = True, max_tokens: int = 400, schema: bool = True, temperature: float = 0.0,
+                reason_chars: int = 400):
+    """A DeepEval model over any OpenAI-compatible :class:`fabnb.llm.LLM`.
+
+    It implements ``generate_raw_response`` / ``a_generate_raw_response``, which is
+    how DeepEval's G-Eval gets top logprobs for probability weighting from a model it
+    does not know by name. Calls go through the LLM layer (cache, retries). With
+    ``schema=True`` the judge's JSON (``{"reason", "score"}``) is constrained by a JSON
+    schema, which small local models need. Logprobs are asked for only where the
+    server gives them (:func:`logprobs_supported`). The last completion is in ``.last``.
+    """
+    return _judge_model_class()(llm, logprobs, max_tokens, schema, temperature, reason_chars)
+
+
+@lru_cache(maxsize=1)
 def _template():
     """DeepEval's G-Eval prompt without its example JSON, whose placeholder reason small judges copy verbatim."""
     from deepeval.metrics.g_eval.g_eval import GEvalTemplate
@@ -1051,3 +1051,122 @@ def bootstrap_rate_diff(frame: pd.DataFrame, a: str, b: str, cluster: str = "doc
     boots = s[:, 0] / s[:, 2] - s[:, 1] / s[:, 2]
     lo, hi = np.quantile(boots, [(1 - ci) / 2, 1 - (1 - ci) / 2])
     return {"diff": float(diff), "ci_low": float(lo), "ci_high": float(hi), "n_clusters": len(keys)}
+
+
+# ------------------------------------------------------------------ RAG-TESTER: tests -> answers -> verdicts
+
+
+def tests_as_questions(tests: pd.DataFrame) -> pd.DataFrame:
+    """A RAG-TESTER test suite (``TestSuite.tests``) as grid questions for :func:`fabnb.rag.run_grid`.
+
+    Returns
+    -------
+    DataFrame
+        test_id, question, ground_truth_answer (the expected answer), gold_context (the
+        evidence), gold_doc_ids (the source document; empty for negative tests), generator, kind.
+    """
+    return pd.DataFrame({
+        "test_id": tests["test_id"], "question": tests["question"], "ground_truth_answer": tests["expected_answer"],
+        "gold_context": tests["evidence"].fillna(""),
+        "gold_doc_ids": [() if k == "negative" else (d,) for k, d in zip(tests["kind"], tests["source_doc"])],
+        "generator": tests["generator"], "kind": tests["kind"], "keywords": tests["keywords"]})
+
+
+VERDICT_COLUMNS = ["system", "model", "context_k", "mode", "test_id", "generator", "kind", "failed", "mean",
+                   *ORACLE_CRITERIA, "refusal", "gold_retrieved", "failure_type", "reason", "injection_flag",
+                   "judge_model", "status", "cause"]
+
+
+def oracle_results(results: pd.DataFrame, tests: pd.DataFrame, llm) -> pd.DataFrame:
+    """RAG-TESTER's oracle over every answer of a results frame.
+
+    Each verdict also says whether the system's retrieval brought back the test's
+    source document (``gold_retrieved``): a failure without it is a ``retrieval miss``,
+    a failure with it an ``answer failure`` (the reviewer's objection 3). A judge call
+    that fails is recorded with ``status="error"`` and its cause.
+
+    Parameters
+    ----------
+    results : DataFrame
+        From ``ResultsStore.frame()`` after :func:`fabnb.rag.run_grid` on :func:`tests_as_questions`.
+    tests : DataFrame
+        ``TestSuite.tests`` (or :func:`tests_as_questions` output).
+
+    Returns
+    -------
+    DataFrame
+        :data:`VERDICT_COLUMNS`.
+    """
+    t = tests.set_index("test_id")
+    expected_col = "expected_answer" if "expected_answer" in t.columns else "ground_truth_answer"
+    evidence_col = "evidence" if "evidence" in t.columns else "gold_context"
+    rows = []
+    for r in results[results["status"] == "ok"].to_dict("records"):
+        test = t.loc[r["test_id"]]
+        negative = test["kind"] == "negative"
+        base = {k: r[k] for k in ("system", "model", "context_k", "mode", "test_id")}
+        base.update(generator=test["generator"], kind=test["kind"], gold_retrieved=r.get("gold_retrieved"))
+        try:
+            v = oracle_verdict(llm, test["question"], str(r.get("answer") or ""), str(test[expected_col]),
+                               str(test[evidence_col] or ""), test.get("keywords") or (), negative=negative)
+        except (JudgeError, Exception) as exc:  # noqa: BLE001 - recorded, the study goes on
+            rows.append({**base, "status": "error", "cause": getattr(exc, "cause", type(exc).__name__),
+                         "reason": str(exc)[:300]})
+            continue
+        failure = ("" if not v["failed"] else "refusal expected" if negative else
+                   "retrieval miss" if r.get("gold_retrieved") is False else "answer failure")
+        rows.append({**base, **v, "failure_type": failure, "status": "ok", "cause": ""})
+    return pd.DataFrame(rows).reindex(columns=VERDICT_COLUMNS)
+
+
+def failure_table(verdicts: pd.DataFrame, by=("generator",), ci: float = 0.95) -> pd.DataFrame:
+    """Failures per group with Wilson confidence intervals, split by failure type.
+
+    Returns
+    -------
+    DataFrame
+        The ``by`` columns, tests, failed, failure_rate, ci_low, ci_high, answer_failures,
+        retrieval_misses, refusals_missed, judge_errors.
+    """
+    from statsmodels.stats.proportion import proportion_confint
+
+    rows = []
+    for key, g in verdicts.groupby(list(by), dropna=False):
+        ok = g[g["status"] == "ok"]
+        failed = int(ok["failed"].astype(bool).sum())
+        lo, hi = proportion_confint(failed, len(ok), alpha=1 - ci, method="wilson") if len(ok) else (np.nan, np.nan)
+        key = key if isinstance(key, tuple) else (key,)
+        rows.append({**dict(zip(by, key)), "tests": len(ok), "failed": failed,
+                     "failure_rate": failed / len(ok) if len(ok) else np.nan, "ci_low": lo, "ci_high": hi,
+                     "answer_failures": int((ok["failure_type"] == "answer failure").sum()),
+                     "retrieval_misses": int((ok["failure_type"] == "retrieval miss").sum()),
+                     "refusals_missed": int((ok["failure_type"] == "refusal expected").sum()),
+                     "judge_errors": int((g["status"] != "ok").sum())})
+    return pd.DataFrame(rows)
+
+
+def compare_configurations(verdicts: pd.DataFrame, a: str, b: str, tests: pd.DataFrame | None = None,
+                           cluster: str = "source_doc", n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Two configurations (systems) on the same tests: McNemar's exact test and a bootstrap over documents.
+
+    Only tests with a verdict under both are used (matched pairs).
+
+    Returns
+    -------
+    DataFrame
+        One row: a, b, n (matched tests), a_only, b_only, both, neither, p_value (McNemar),
+        rate_a, rate_b, diff (rate_a - rate_b), ci_low, ci_high (bootstrap over ``cluster``), n_clusters.
+    """
+    ok = verdicts[(verdicts["status"] == "ok") & verdicts["system"].isin([a, b])]
+    wide = ok.pivot_table(index="test_id", columns="system", values="failed", aggfunc="first")
+    wide = wide.reindex(columns=[a, b]).dropna().astype(bool)
+    row = {"a": a, "b": b, "n": len(wide)}
+    if wide.empty:
+        return pd.DataFrame([{**row, "p_value": np.nan, "diff": np.nan, "ci_low": np.nan, "ci_high": np.nan}])
+    m = mcnemar_paired(wide[a].to_numpy(), wide[b].to_numpy())
+    clusters = (tests.set_index("test_id")[cluster].reindex(wide.index) if tests is not None and cluster in tests
+                else pd.Series(wide.index, index=wide.index))
+    boot = bootstrap_rate_diff(wide.assign(_cluster=clusters.fillna("").to_numpy()), a, b, cluster="_cluster",
+                               n_boot=n_boot, seed=seed)
+    return pd.DataFrame([{**row, **{k: m[k] for k in ("a_only", "b_only", "both", "neither", "p_value", "rate_a",
+                                                      "rate_b")}, **boot}])

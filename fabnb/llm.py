@@ -496,6 +496,7 @@ class LLM:
 def parse_json(text: str) -> dict | list:
     """The JSON object in a model's answer: bare, fenced in Markdown, or the first ``{...}`` span.
 
+
     Raises
     ------
     ValueError
@@ -510,7 +511,8 @@ def parse_json(text: str) -> dict | list:
         candidates.append(text[start:end + 1])
     for c in candidates:
         try:
-            return json.loads(c)
+            # strict=False: a raw newline inside a string (grammar-constrained servers emit them) is kept, not fatal.
+            return json.loads(c, strict=False)
         except (json.JSONDecodeError, ValueError):
             continue
     snippet = text.strip().replace("\n", " ")[:80]

@@ -229,6 +229,9 @@ def fair_baseline_tests(chunks: pd.DataFrame, vectors, llm: LLM, n: int, negativ
         Share of negative-rejection tests in the suite this baseline is compared with
         (e.g. ``(suite.tests.kind == "negative").mean()``).
     """
+    if not 0 <= negative_share <= 1:  # NaN too: the suite compared with has no tests
+        raise ValueError(f"negative_share must be a share from 0 to 1, got {negative_share!r}; is the suite it is "
+                         "compared with empty?")
     n_negative = int(round(n * negative_share))
     positive = random_tests(chunks, llm, n - n_negative, seed=seed)
     negative = negative_rejection_tests(chunks, vectors, llm, n_negative, seed=seed + 1000)

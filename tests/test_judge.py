@@ -293,3 +293,42 @@ def test_judging_on_the_embedded_model_records_both_scoring_modes(tmp_path, fab_
     assert np.allclose(ww.score, ww.weighted_score / 10) and ww.weighted_score.between(0, 10).all()
     assert not (w.reason.str.lower() == "your concise and informative reason here").any()
     assert w.judge_model.eq(llm.model).all() and w.reason.str.len().gt(0).all()
+
+
+def test_oracle_results_separate_retrieval_misses_and_count_failures():
+    from fabnb.judge import failure_table, oracle_results, tests_as_questions
+
+    tests = pd.DataFrame({"test_id": ["t1", "t2", "t3", "t4"], "generator": ["random", "random", "coverage", "coverage"],
+                          "kind": ["positive", "positive", "positive", "negative"],
+                          "question": ["q1", "q2", "q3", "q4"], "expected_answer": ["a1", "a2", "a3", "Insufficient"],
+                          "keywords": [("k",)] * 4, "source_chunk": "c", "source_doc": ["d1", "d2", "d3", ""],
+                          "evidence": ["e1", "e2", "e3", None]})
+    questions = tests_as_questions(tests)
+    assert questions.gold_doc_ids.tolist() == [("d1",), ("d2",), ("d3",), ()]
+    results = pd.DataFrame({"system": "s", "model": "m", "context_k": 1.0, "mode": "A", "test_id": tests.test_id,
+                            "status": "ok", "answer": ["fine", "wrong", "bad", "It is 5 nm."],
+                            "gold_retrieved": [True, True, False, None]})
+    bad = json.dumps({"faithfulness": "false", "relevance": "true", "completeness": "false", "clarity": "true",
+                      "keyword_match": "false", "reason": "r"})
+    good = json.dumps({c: "true" for c in ("faithfulness", "relevance", "completeness", "clarity",
+                                           "keyword_match")} | {"reason": "r"})
+    with StubServer(lambda r, n: (200, completion(good if "fine" in r["messages"][0]["content"] else bad), {})) as s:
+        v = oracle_results(results, tests, LLM("o", s.base_url, cache=False))
+    assert v.set_index("test_id").failure_type.to_dict() == {"t1": "", "t2": "answer failure", "t3": "retrieval miss",
+                                                             "t4": "refusal expected"}
+    table = failure_table(v).set_index("generator")
+    assert table.loc["random", ["tests", "failed", "answer_failures"]].tolist() == [2, 1, 1]
+    assert table.loc["coverage", ["retrieval_misses", "refusals_missed"]].tolist() == [1, 1]
+    assert (table.ci_low <= table.failure_rate).all() and (table.failure_rate <= table.ci_high).all()
+
+
+def test_compare_configurations_on_matched_tests_and_on_nothing():
+    from fabnb.judge import compare_configurations
+
+    v = pd.DataFrame({"system": ["x"] * 6 + ["y"] * 6, "test_id": list("abcdef") * 2, "status": "ok",
+                      "failed": [True, True, True, False, False, False, False, False, True, False, False, True]})
+    tests = pd.DataFrame({"test_id": list("abcdef"), "source_doc": ["d1", "d1", "d2", "d2", "d3", "d3"]})
+    r = compare_configurations(v, "x", "y", tests, n_boot=200).iloc[0]
+    assert (r.n, r.a_only, r.b_only, r.both, r.n_clusters) == (6, 2, 1, 1, 3) and r["diff"] == pytest.approx(1 / 6)
+    empty = compare_configurations(v.iloc[:0], "x", "y").iloc[0]
+    assert empty.n == 0 and np.isnan(empty.p_value)
