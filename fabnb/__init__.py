@@ -14,6 +14,7 @@ The package follows the FAB-Bench pipeline (arXiv 2605.26476), one module per st
 - :mod:`fabnb.local`: the embedded Gemma 3 270M on llama.cpp's server, on loopback;
 - :mod:`fabnb.generation`: adaptive QA generation (Algorithm 1, Eqs. 4-14, Appendix C);
 - :mod:`fabnb.testcases`: RAG-TESTER's test generators and baselines;
+- :mod:`fabnb.documents`: RAG-TESTER's LLM-written retrieval documents, as text and PDF;
 - :mod:`fabnb.curation`: candidates to benchmark: keep / drop / edit, near-duplicates, targets;
 - :mod:`fabnb.rating`: the expert-rating store, rating sessions and agreement statistics;
 - :mod:`fabnb.rag`: the reference RAG system, framework adapters, context sweeps, dual mode;
@@ -36,8 +37,8 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = ("schema", "published", "datasets", "corpus", "terms", "vectors", "synthesis", "passages",
-               "llm", "local", "generation", "testcases", "curation", "rating", "rag", "records", "widgets",
-               "scores", "analysis", "plots", "claims", "report", "cli")
+               "llm", "local", "generation", "testcases", "documents", "curation", "rating", "rag", "records",
+               "widgets", "scores", "analysis", "plots", "claims", "report", "cli")
 
 
 def __getattr__(name: str):
