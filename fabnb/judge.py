@@ -486,23 +486,6 @@ async def score_answer(llm, metric: str, *, question: str, answer: str, expected
             "scoring": scoring, "scoring_note": note, "reason": str(data["reason"])}
 
 
-def _run(llm, coro_factory):
-    """Run a coroutine on its own event loop in a worker thread (works inside Jupyter), then close
-    the LLM's async client of that loop (it cannot outlive it)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    async def main():
-        try:
-            return await coro_factory()
-        finally:
-            client = llm._clients.pop((True, threading.get_ident(), id(asyncio.get_running_loop())), None)
-            if client is not None:
-                await client.close()
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, main()).result()
-
-
 def score_one(llm, metric: str, **kwargs) -> dict:
     """:func:`score_answer`, synchronously (for a notebook cell or a script).
 
@@ -510,7 +493,7 @@ def score_one(llm, metric: str, **kwargs) -> dict:
     --------
     >>> score_one(llm, "depth", question="Why?", answer="Because ...")   # doctest: +SKIP
     """
-    return _run(llm, lambda: score_answer(llm, metric, **kwargs))
+    return llm.run(lambda: score_answer(llm, metric, **kwargs))
 
 
 @dataclass
@@ -617,7 +600,7 @@ def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, me
         sem = asyncio.Semaphore(max(1, llm.concurrency))
         await asyncio.gather(*(one(sem, *cell) for cell in cells))
 
-    _run(llm, main)
+    llm.run(main)
     if bar is not None:
         bar.close()
     if failures and error_policy == "raise":

@@ -462,18 +462,31 @@ class LLM:
             finally:
                 if bar is not None:
                     bar.close()
-                # This loop ends with the batch: close its client here, not at garbage collection.
-                client = self._clients.pop((True, threading.get_ident(), id(asyncio.get_running_loop())), None)
-                if client is not None:
-                    await client.close()
 
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            results = pool.submit(asyncio.run, run()).result()
+        results = self.run(run)
         if error_policy == "raise":
             for r in results:
                 if isinstance(r, Failure):
                     raise LLMError(r.error, r.cause, r.status)
         return results
+
+    def run(self, coro_factory):
+        """Run ``coro_factory()`` on an event loop of its own in a worker thread, and return its result.
+
+        Works inside Jupyter (whose loop is already running). The async client made for
+        that loop is closed when it ends, here rather than at garbage collection.
+        """
+
+        async def main():
+            try:
+                return await coro_factory()
+            finally:
+                client = self._clients.pop((True, threading.get_ident(), id(asyncio.get_running_loop())), None)
+                if client is not None:
+                    await client.close()
+
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(asyncio.run, main()).result()
 
     @property
     def usage(self):
