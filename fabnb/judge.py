@@ -1055,18 +1055,43 @@ def tests_as_questions(tests: pd.DataFrame) -> pd.DataFrame:
         "generator": tests["generator"], "kind": tests["kind"], "keywords": tests["keywords"]})
 
 
-VERDICT_COLUMNS = ["system", "model", "context_k", "mode", "test_id", "generator", "kind", "failed", "mean",
-                   *ORACLE_CRITERIA, "refusal", "gold_retrieved", "failure_type", "reason", "injection_flag",
+VERDICT_KEYS = ("system", "model", "context_k", "mode", "test_id")
+VERDICT_COLUMNS = [*VERDICT_KEYS, "generator", "kind", "failed", "mean", *ORACLE_CRITERIA, "refusal",
+                   "gold_retrieved", "passage_retrieved", "failure_type", "evidence_used", "reason", "injection_flag",
                    "judge_model", "status", "cause"]
 
 
-def oracle_results(results: pd.DataFrame, tests: pd.DataFrame, llm) -> pd.DataFrame:
+def verdict_store(path: str | Path) -> ResultsStore:
+    """An append-only JSONL store of oracle verdicts, one per (system, model, context_k, mode, test_id)."""
+    return ResultsStore(path, keys=VERDICT_KEYS, columns=VERDICT_COLUMNS)
+
+
+def passage_retrieved(evidence: str, sources) -> bool | None:
+    """Whether the retrieved passages hold a test's ground-truth passage (its evidence quoted in one of them).
+
+    None when there is nothing to look for (no evidence, a negative test) or the system
+    exposes no sources.
+
+    >>> passage_retrieved("etch removes 5 nm", [{"text": "The etch removes 5 nm per cycle."}])
+    True
+    """
+    from .generation import QUOTE_SHARE, quoted_share
+
+    if not evidence or not isinstance(sources, (list, tuple)):
+        return None
+    return any(quoted_share(evidence, str(s.get("text", ""))) >= QUOTE_SHARE for s in sources)
+
+
+def oracle_results(results: pd.DataFrame, tests: pd.DataFrame, llm, *, evidence: str = "expected",
+                   store: ResultsStore | None = None) -> pd.DataFrame:
     """RAG-TESTER's oracle over every answer of a results frame.
 
-    Each verdict also says whether the system's retrieval brought back the test's
-    source document (``gold_retrieved``): a failure without it is a ``retrieval miss``,
-    a failure with it an ``answer failure`` (the reviewer's objection 3). A judge call
-    that fails is recorded with ``status="error"`` and its cause.
+    Each verdict records whether retrieval brought back the test's ground-truth passage
+    (``passage_retrieved``: its evidence quoted in a retrieved source) and its source
+    document (``gold_retrieved``). A failure without the passage is a ``retrieval miss``,
+    a failure with it an ``answer failure`` (the reviewer's objection 3); where a system
+    exposes no sources the document-level signal decides. A judge call that fails is
+    recorded with ``status="error"`` and its cause.
 
     Parameters
     ----------
@@ -1074,31 +1099,57 @@ def oracle_results(results: pd.DataFrame, tests: pd.DataFrame, llm) -> pd.DataFr
         From ``ResultsStore.frame()`` after :func:`fabnb.rag.run_grid` on :func:`tests_as_questions`.
     tests : DataFrame
         ``TestSuite.tests`` (or :func:`tests_as_questions` output).
+    evidence : {"expected", "retrieved"}
+        What the oracle checks faithfulness against: the test's ground-truth evidence, or
+        the passages the system actually retrieved (objection 3's second half).
+    store : ResultsStore, optional
+        From :func:`verdict_store`: verdicts already in it are not asked again, new ones are
+        appended as they come (a killed run resumes). Use one store per ``evidence`` choice.
 
     Returns
     -------
     DataFrame
         :data:`VERDICT_COLUMNS`.
     """
+    if evidence not in ("expected", "retrieved"):
+        raise ValueError(f"evidence must be 'expected' or 'retrieved', not {evidence!r}")
     t = tests.set_index("test_id")
     expected_col = "expected_answer" if "expected_answer" in t.columns else "ground_truth_answer"
     evidence_col = "evidence" if "evidence" in t.columns else "gold_context"
+    done = store.done() if store is not None else set()
     rows = []
     for r in results[results["status"] == "ok"].to_dict("records"):
         test = t.loc[r["test_id"]]
         negative = test["kind"] == "negative"
-        base = {k: r[k] for k in ("system", "model", "context_k", "mode", "test_id")}
-        base.update(generator=test["generator"], kind=test["kind"], gold_retrieved=r.get("gold_retrieved"))
+        base = {k: r[k] for k in VERDICT_KEYS}
+        if store is not None and store.key(base) in done:
+            continue
+        gold_text = str(test[evidence_col] or "")
+        sources = r.get("sources")
+        found = None if negative else passage_retrieved(gold_text, sources)
+        base.update(generator=test["generator"], kind=test["kind"], gold_retrieved=r.get("gold_retrieved"),
+                    passage_retrieved=found, evidence_used=evidence)
+        if evidence == "retrieved" and isinstance(sources, (list, tuple)):
+            gold_text = "\n\n".join(str(s.get("text", "")) for s in sources)
         try:
             v = oracle_verdict(llm, test["question"], str(r.get("answer") or ""), str(test[expected_col]),
-                               str(test[evidence_col] or ""), test.get("keywords") or (), negative=negative)
+                               gold_text, test.get("keywords") or (), negative=negative)
         except (JudgeError, Exception) as exc:  # noqa: BLE001 - recorded, the study goes on
-            rows.append({**base, "status": "error", "cause": getattr(exc, "cause", type(exc).__name__),
-                         "reason": str(exc)[:300]})
-            continue
-        failure = ("" if not v["failed"] else "refusal expected" if negative else
-                   "retrieval miss" if r.get("gold_retrieved") is False else "answer failure")
-        rows.append({**base, **v, "failure_type": failure, "status": "ok", "cause": ""})
+            row = {**base, "status": "error", "cause": getattr(exc, "cause", type(exc).__name__),
+                   "reason": str(exc)[:300]}
+        else:
+            missed = found is False or (found is None and r.get("gold_retrieved") is False)
+            failure = ("" if not v["failed"] else "refusal expected" if negative else
+                       "retrieval miss" if missed else "answer failure")
+            row = {**base, **v, "failure_type": failure, "status": "ok", "cause": ""}
+        rows.append(row)
+        if store is not None:
+            store.append(row)
+    if store is not None:
+        wanted = {store.key(r) for r in results[results["status"] == "ok"].to_dict("records")}
+        frame = store.frame()
+        keep = [store.key(r) in wanted for r in frame.to_dict("records")]
+        return frame[keep].reindex(columns=VERDICT_COLUMNS).reset_index(drop=True)
     return pd.DataFrame(rows).reindex(columns=VERDICT_COLUMNS)
 
 

@@ -13,6 +13,7 @@ function                 paper figure
 :func:`plot_radar`       Figure 8: six-metric radar for one case
 :func:`plot_correlations`  Table 4 as a heatmap
 :func:`plot_generation`  Algorithm 1's temperature and threshold per attempt
+:func:`plot_failures`    RAG-TESTER: failure rates by configuration or generator
 =======================  ====================================================
 """
 
@@ -300,4 +301,39 @@ def plot_generation(attempts: pd.DataFrame, ax=None):
     ax.set_title("Adaptive generation: temperature and threshold per attempt")
     ax.legend(fontsize=7, loc="lower right", ncol=2)
     ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_failures(table: pd.DataFrame, by: str = "configuration", ax=None, title: str | None = None):
+    """Failure rates with their 95% Wilson intervals, split into answer failures, retrieval misses
+    and missed refusals (RAG-TESTER).
+
+    Parameters
+    ----------
+    table : DataFrame
+        From :func:`fabnb.judge.failure_table` (``by``, tests, failure_rate, ci_low, ci_high,
+        answer_failures, retrieval_misses, refusals_missed).
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    t = table.dropna(subset=["failure_rate"]).reset_index(drop=True)
+    ax = _axes(ax, size=(7, 0.5 * max(len(t), 3) + 1.5))
+    y = np.arange(len(t))
+    left = np.zeros(len(t))
+    kinds = [("answer_failures", "answer failure", "tab:red"), ("retrieval_misses", "retrieval miss", "tab:orange"),
+             ("refusals_missed", "refusal missed", "tab:purple")]
+    for col, label, color in kinds:
+        share = (t[col] / t["tests"].where(t["tests"] > 0)).fillna(0).to_numpy()
+        ax.barh(y, share, left=left, color=color, alpha=0.75, label=label, height=0.6)
+        left += share
+    ax.errorbar(t["failure_rate"], y, xerr=[t["failure_rate"] - t["ci_low"], t["ci_high"] - t["failure_rate"]],
+                fmt="o", color="black", capsize=3, label="failure rate, 95% CI")
+    ax.set_yticks(y, [f"{v} (n={n})" for v, n in zip(t[by], t["tests"])], fontsize=8)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of tests failed")
+    ax.set_title(title or f"RAG-TESTER failures by {by}")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(axis="x", alpha=0.3)
     return ax

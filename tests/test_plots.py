@@ -75,3 +75,16 @@ def test_generation_trajectory():
     ax = plots.plot_generation(attempts)
     assert len(ax.collections) == 2 and len(ax.collections[1].get_offsets()) == 1  # one failure marked
     assert len(ax.get_lines()) == 3  # temperature, threshold, one context separator
+
+
+def test_failures_stack_types_and_show_intervals():
+    import pandas as pd
+    table = pd.DataFrame({"configuration": ["a x bm25", "a x tfidf", "empty"], "tests": [10, 4, 0],
+                          "failure_rate": [0.5, 0.25, float("nan")], "ci_low": [0.24, 0.05, float("nan")],
+                          "ci_high": [0.76, 0.7, float("nan")], "answer_failures": [2, 1, 0],
+                          "retrieval_misses": [2, 0, 0], "refusals_missed": [1, 0, 0]})
+    fig, ax = plt.subplots()
+    assert plots.plot_failures(table, ax=ax) is ax
+    widths = [[p.get_width() for p in c] for c in ax.containers if hasattr(c, "patches")][:3]
+    assert sum(widths, []) == pytest.approx([0.2, 0.25, 0.2, 0.0, 0.1, 0.0])  # shares of tests, per failure type; no row for "empty"
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a x bm25 (n=10)", "a x tfidf (n=4)"]

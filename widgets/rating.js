@@ -12,7 +12,7 @@ function render({ model, el }) {
   const root = h("div", "fabnb-rating");
   root.tabIndex = 0;
   el.appendChild(root);
-  let active = 0; // the highlighted dimension, which keys 1-5 rate
+  let active = 0; // the highlighted dimension, which the number keys rate
 
   const send = (msg) => model.send(msg);
 
@@ -100,14 +100,15 @@ function render({ model, el }) {
       nav.appendChild(b);
     }
     root.appendChild(nav);
-    root.appendChild(h("div", "fabnb-help", "Keys: 1-5 rate the highlighted dimension · ↑/↓ choose a dimension · n/p next/previous · u next unrated"));
+    const scale = model.get("scale");
+    root.appendChild(h("div", "fabnb-help", "Keys: " + scale[0] + "-" + scale[scale.length - 1] + " rate the highlighted dimension · ↑/↓ choose a dimension · n/p next/previous · u next unrated"));
   }
 
   root.addEventListener("keydown", (e) => {
     if (e.target instanceof HTMLTextAreaElement || e.target instanceof HTMLInputElement) return;
     const dims = model.get("dimensions");
     let handled = true;
-    if (/^[1-9]$/.test(e.key) && model.get("scale").includes(Number(e.key))) {
+    if (/^[0-9]$/.test(e.key) && model.get("scale").includes(Number(e.key))) {
       send({ action: "rate", dimension: dims[active].name, value: Number(e.key) });
       active = Math.min(active + 1, dims.length - 1);
     } else if (e.key === "n") { active = 0; send({ action: "next" }); }
