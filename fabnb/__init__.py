@@ -18,6 +18,8 @@ The package follows the FAB-Bench pipeline (arXiv 2605.26476), one module per st
 - :mod:`fabnb.curation`: candidates to benchmark: keep / drop / edit, near-duplicates, targets;
 - :mod:`fabnb.rating`: the expert-rating store, rating sessions and agreement statistics;
 - :mod:`fabnb.rag`: the reference RAG system, framework adapters, context sweeps, dual mode;
+- :mod:`fabnb.judge`: six G-Eval metrics via DeepEval, the RAG-TESTER oracle, reliability statistics;
+- :mod:`fabnb.study`: RAG-TESTER end to end, with the reviewer's objections answered;
 - :mod:`fabnb.records`: append-only JSONL files that survive a crash (the stores' storage);
 - :mod:`fabnb.widgets`: Jupyter views (anywidget) over the corpus, curation and rating sessions;
 - :mod:`fabnb.scores`: score frames: read, check, reshape;
@@ -37,8 +39,8 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = ("schema", "published", "datasets", "corpus", "terms", "vectors", "synthesis", "passages",
-               "llm", "local", "generation", "testcases", "documents", "curation", "rating", "rag", "records",
-               "widgets", "scores", "analysis", "plots", "claims", "report", "cli")
+               "llm", "local", "generation", "testcases", "documents", "curation", "rating", "rag", "judge", "study",
+               "records", "widgets", "scores", "analysis", "plots", "claims", "report", "cli")
 
 
 def __getattr__(name: str):

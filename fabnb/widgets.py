@@ -85,8 +85,17 @@ class RatingPanel(_View):
 
     _esm = _asset("rating.js")
     _css = _asset("rating.css")
+    #: The item's text fields the panel shows, per kind of session: (label, field, CSS class).
+    FIELDS = {"rating": [("Question", "question", "fabnb-question"),
+                         ("Reference answer", "ground_truth_answer", "fabnb-answer")],
+              "verdict": [("Question", "question", "fabnb-question"),
+                          ("Expected answer", "expected_answer", "fabnb-answer"),
+                          ("Ground-truth evidence", "evidence", "fabnb-passage"),
+                          ("Passages the system retrieved", "retrieved", "fabnb-passage"),
+                          ("Answer to judge", "answer", "fabnb-judged")]}
 
     rater = traitlets.Unicode("").tag(sync=True)
+    fields = traitlets.List().tag(sync=True)
     blind = traitlets.Bool(True).tag(sync=True)
     dimensions = traitlets.List().tag(sync=True)
     scale = traitlets.List().tag(sync=True)
@@ -102,6 +111,7 @@ class RatingPanel(_View):
         resume = session.next_unrated()
         start = session.order.index(resume) if resume is not None else 0
         super().__init__(rater=session.rater, blind=session.blind, total=len(session.order),
+                         fields=[list(f) for f in self.FIELDS[session.kind]],
                          dimensions=[{"name": d, "definition": m} for d, m in session.dimensions.items()],
                          scale=list(range(session.scale[0], session.scale[1] + 1)), **kwargs)
         self._show(start)

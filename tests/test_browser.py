@@ -9,6 +9,7 @@ OS packages; without it this test fails (it is not skipped).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -36,6 +37,57 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextlib.contextmanager
+def _jupyterlab(work: Path, env: dict, log_path: Path):
+    """JupyterLab on loopback serving ``work``; yields its base URL and token, then stops it and its kernels."""
+    port, token = _free_port(), "fabnb-browser-test"
+    env = {**os.environ, **env, "JUPYTER_CONFIG_DIR": str(work.parent / "jupyter-config"),
+           "JUPYTER_RUNTIME_DIR": str(work.parent / "jupyter-runtime")}
+    log = open(log_path, "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", f"--ServerApp.port={port}",
+         "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={token}", f"--ServerApp.root_dir={work}",
+         "--ServerApp.port_retries=0", "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    try:
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("JupyterLab did not start:\n" + log_path.read_text()[-3000:]) from None
+                time.sleep(0.5)
+        yield base, token
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the server and its kernels
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+def _open_and_run(page, url: str):
+    """Open a notebook in JupyterLab, wait for its kernel, run every cell."""
+    page.goto(url)
+    page.wait_for_function("window.jupyterapp && window.jupyterapp.shell.currentWidget "
+                           "&& window.jupyterapp.shell.currentWidget.sessionContext", timeout=90_000)
+    page.wait_for_function("window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel "
+                           "&& window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
+                           ".connectionStatus === 'connected'", timeout=90_000)
+    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+
+
+def _chromium(pw):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "no chromium on PATH: .ci/run installs Debian's chromium (apt-get install chromium)"
+    return pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+
+
 @pytest.fixture
 def lab(tmp_path, fab_bench_dir):
     """JupyterLab on loopback over a folder with the rating notebook and three hostile QA files."""
@@ -48,54 +100,20 @@ def lab(tmp_path, fab_bench_dir):
     work = tmp_path / "lab"
     work.mkdir()
     shutil.copy(ROOT / "notebooks" / "05_rate_pairs.ipynb", work)
-    port, token = _free_port(), "fabnb-browser-test"
-    env = {**os.environ, "FABNB_QA_DIR": str(qa), "FABNB_RATINGS_DIR": str(tmp_path / "ratings"),
-           "FABNB_RATER": "browser", "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config"),
-           "JUPYTER_RUNTIME_DIR": str(tmp_path / "jupyter-runtime")}
-    log = open(tmp_path / "lab.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", f"--ServerApp.port={port}",
-         "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={token}", f"--ServerApp.root_dir={work}",
-         "--ServerApp.port_retries=0", "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.close()
-                raise RuntimeError("JupyterLab did not start:\n" + (tmp_path / "lab.log").read_text()[-3000:])
-            time.sleep(0.5)
-    yield {"url": f"{base}/lab/tree/05_rate_pairs.ipynb?token={token}", "store": tmp_path / "ratings",
-           "log": tmp_path / "lab.log", "downloads": tmp_path / "downloads"}
-    os.killpg(proc.pid, signal.SIGTERM)  # the server and its kernels
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-    log.close()
+    env = {"FABNB_QA_DIR": str(qa), "FABNB_RATINGS_DIR": str(tmp_path / "ratings"), "FABNB_RATER": "browser"}
+    with _jupyterlab(work, env, tmp_path / "lab.log") as (base, token):
+        yield {"url": f"{base}/lab/tree/05_rate_pairs.ipynb?token={token}", "store": tmp_path / "ratings",
+               "log": tmp_path / "lab.log", "downloads": tmp_path / "downloads"}
 
 
 def test_rating_notebook_in_a_real_browser(lab):
     from playwright.sync_api import sync_playwright
 
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert chromium, "no chromium on PATH: .ci/run installs Debian's chromium (apt-get install chromium)"
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+        browser = _chromium(pw)
         try:
             page = browser.new_page(accept_downloads=True)
-            page.goto(lab["url"])
-            page.wait_for_function("window.jupyterapp && window.jupyterapp.shell.currentWidget "
-                                   "&& window.jupyterapp.shell.currentWidget.sessionContext", timeout=90_000)
-            page.wait_for_function("window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel "
-                                   "&& window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
-                                   ".connectionStatus === 'connected'", timeout=90_000)
-            page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            _open_and_run(page, lab["url"])
             panel = page.locator(".fabnb-rating")
             panel.wait_for(state="visible", timeout=120_000)
 
@@ -147,3 +165,57 @@ def test_rating_notebook_in_a_real_browser(lab):
     ratings = store.ratings().pivot_table(index="item_id", columns="dimension", values="score")
     assert ratings.loc[first].to_dict() == {"accuracy": 4, "relevance": 5, "difficulty": 2, "diversity": 3}
     assert ratings.loc[second].to_dict() == {"accuracy": 1, "relevance": 2, "difficulty": 5, "diversity": 4}
+
+
+VERDICT_NOTEBOOK = """\
+import pandas as pd
+from fabnb.rating import RatingSession, RatingStore
+from fabnb.study import verdict_items
+from fabnb.widgets import RatingPanel
+
+verdicts = pd.DataFrame({"system": "s", "model": "m", "context_k": 1.0, "mode": "A", "status": "ok",
+                         "test_id": ["t1", "t2"], "generator": ["random", "coverage"], "failed": [True, False]})
+tests = pd.DataFrame({"test_id": ["t1", "t2"], "question": ["What etches silicon?", "What is the bake time?"],
+                      "expected_answer": ["Fluorine radicals", "60 s"], "evidence": ["e1", "e2"]})
+results = verdicts[["system", "model", "context_k", "mode", "test_id"]].assign(
+    answer=["Chlorine.", "60 s."], sources=[[{"text": "retrieved one"}], [{"text": "retrieved two"}]])
+items = verdict_items(verdicts, tests, results, n=2)
+RatingPanel(RatingSession(items, "browser", RatingStore("labels"), kind="verdict"))
+"""
+
+
+def test_verdict_labelling_in_a_real_browser(tmp_path):
+    """Objection 2's human labels: the rating panel in verdict mode, keys 1 (fails) and 0 (passes)."""
+    import nbformat
+    from playwright.sync_api import sync_playwright
+
+    work = tmp_path / "lab"
+    work.mkdir()
+    kernel = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}}
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(VERDICT_NOTEBOOK)], metadata=kernel),
+                   work / "label.ipynb")
+    with _jupyterlab(work, {}, tmp_path / "lab.log") as (base, token), sync_playwright() as pw:
+        browser = _chromium(pw)
+        try:
+            page = browser.new_page()
+            _open_and_run(page, f"{base}/lab/tree/label.ipynb?token={token}")
+            panel = page.locator(".fabnb-rating")
+            panel.wait_for(state="visible", timeout=120_000)
+            assert "Keys: 0-1" in panel.locator(".fabnb-help").text_content()
+            assert "oracle" not in panel.text_content()  # the oracle's verdict is hidden from the rater
+            labels = {}
+            for key in "10":
+                item = panel.locator(".fabnb-id").text_content().split(" · ")[0]
+                panel.click(position={"x": 5, "y": 5})
+                page.keyboard.press(key)
+                page.wait_for_function(f"document.querySelector('.fabnb-rating .fabnb-saved')"
+                                       f".textContent.startsWith('saved {item}')", timeout=30_000)
+                labels[item] = int(key)
+                page.keyboard.press("n")
+                page.wait_for_timeout(300)
+            page.wait_for_function("document.querySelector('.fabnb-rating .fabnb-progress')"
+                                   ".textContent.includes('2 rated')", timeout=30_000)
+        finally:
+            browser.close()
+    stored = RatingStore(work / "labels").ratings(kind="verdict")
+    assert dict(zip(stored.item_id, stored.score)) == labels and set(labels) == {"s|1K|A|t1", "s|1K|A|t2"}

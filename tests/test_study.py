@@ -286,3 +286,53 @@ def test_a_study_without_tests_or_models_says_what_to_do(tmp_path):
         run_study(pd.DataFrame(), {}, tmp_path)
     with pytest.raises(StudyError, match="chunk_corpus"):
         run_study(pd.DataFrame({"text": ["x"]}), {"m": None}, tmp_path)
+
+
+# ------------------------------------------------------------ the whole study on the embedded model
+
+
+def test_the_whole_study_on_the_embedded_model(tmp_path, fab_bench):
+    """One generated PDF and one real FAB-Bench document, TF-IDF / BM25 / MiniLM, the real Gemma 3 270M."""
+    from fabnb.corpus import load_corpus
+    from fabnb.datasets import evidence_corpus
+    from fabnb.documents import DocumentSpec, write_documents
+    from fabnb.local import LocalServer
+    from fabnb.testcases import ANSWER_SUPPORT, answer_support
+
+    with LocalServer(n_ctx=4096) as server:
+        llm = server.llm()
+        generated = write_documents([DocumentSpec("plasma etching of silicon wafers", words=150)], llm,
+                                    tmp_path / "docs")
+        assert len(generated.documents) + len(generated.rejected) == 1
+        parts = {"real": evidence_corpus(fab_bench)}
+        if len(generated.documents):
+            parts["generated"] = load_corpus(generated.documents.pdf_path.tolist())
+        corpus, origins = combine_corpora(parts, n=1, seed=3)
+        chunks = chunk_corpus(corpus, size=128, overlap=32)
+        study = run_study(chunks, {"gemma": llm}, tmp_path / "study", origins=origins, n_per_generator=1,
+                          exclusions=generated.rejected, n_boot=300)
+
+    assert study.configurations.status.tolist() == ["ok", "ok", "ok"]  # the dense model is installed and works
+    assert set(study.configurations.embedding) == {"tfidf", "bm25", "minilm"}
+    assert set(study.tables) == set(TABLES) and all(isinstance(t, pd.DataFrame) for t in study.tables.values())
+    by_config = study.tables["failures_by_configuration"]
+    assert len(by_config) == 3 and by_config.tests.eq(len(study.tests)).all()  # every test answered and judged
+    assert len(study.tables["configuration_pairs"]) == 3 and study.tables["configuration_pairs"].p_value.notna().all()
+    assert study.tables["strongest_configuration"].configuration.iloc[0] in set(by_config.configuration)
+    assert set(study.tables["yield_by_generator"].generator) == set(("complex_passage", "negative_rejection",
+                                                                     "coverage", "random", "fair_baseline"))
+    assert len(study.tables["baseline_comparison"]) == 3
+    assert set(study.tables["failures_by_origin"].origin) <= set(origins.values())
+    v = study.verdicts[study.verdicts.status == "ok"]
+    assert (v.failed.astype(bool) == v.failure_type.ne("")).all()
+    positive = v[v.kind == "positive"]
+    assert positive.passage_retrieved.map(lambda x: isinstance(x, bool)).all()
+    assert (positive.failure_type.isin(["", "answer failure", "retrieval miss"])).all()
+    assert (v[v.kind == "negative"].failure_type.isin(["", "refusal expected"])).all()
+    # every kept positive test's expected answer is in its own source passage; rejected candidates say why
+    text = chunks.set_index("chunk_id").text
+    kept = study.tests[study.tests.kind == "positive"]
+    assert all(answer_support(a, text[c]) >= ANSWER_SUPPORT for a, c in zip(kept.expected_answer, kept.source_chunk))
+    assert set(study.exclusions.stage) <= {"document", "configuration", "test", "answer", "verdict"}
+    assert len(study.exclusions[study.exclusions.stage == "test"]) == len(study.rejected)
+    assert study.exclusions.reason.str.len().gt(0).all()

@@ -38,11 +38,13 @@ function render({ model, el }) {
     if (model.get("error")) root.appendChild(h("div", "fabnb-error", model.get("error")));
 
     const body = h("div", "fabnb-item");
-    body.appendChild(h("div", "fabnb-id", `${item.item_id || ""} · ${item.test_type || ""} · ${item.question_format || ""}`));
-    body.appendChild(h("div", "fabnb-label", "Question"));
-    body.appendChild(h("div", "fabnb-question", item.question));
-    body.appendChild(h("div", "fabnb-label", "Reference answer"));
-    body.appendChild(h("div", "fabnb-answer", item.ground_truth_answer));
+    body.appendChild(h("div", "fabnb-id", [item.item_id, item.test_type, item.question_format].filter(Boolean).join(" · ")));
+    // What to show comes from the model: [label, field, css class] (QA pairs and oracle verdicts differ).
+    for (const [label, key, css] of model.get("fields") || []) {
+      if (typeof item[key] !== "string" || !item[key]) continue;
+      body.appendChild(h("div", "fabnb-label", label));
+      body.appendChild(h("div", css, item[key]));
+    }
     const evidence = Array.isArray(item.evidence) ? item.evidence : [];
     if (evidence.length) {
       const det = h("details", "fabnb-evidence");
