@@ -1176,7 +1176,8 @@ def failure_table(verdicts: pd.DataFrame, by=("generator",), ci: float = 0.95) -
                      "retrieval_misses": int((ok["failure_type"] == "retrieval miss").sum()),
                      "refusals_missed": int((ok["failure_type"] == "refusal expected").sum()),
                      "judge_errors": int((g["status"] != "ok").sum())})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=[*by, "tests", "failed", "failure_rate", "ci_low", "ci_high", "answer_failures",
+                                       "retrieval_misses", "refusals_missed", "judge_errors"])
 
 
 def compare_configurations(verdicts: pd.DataFrame, a: str, b: str, tests: pd.DataFrame | None = None,

@@ -336,3 +336,19 @@ def test_the_whole_study_on_the_embedded_model(tmp_path, fab_bench):
     assert set(study.exclusions.stage) <= {"document", "configuration", "test", "answer", "verdict"}
     assert len(study.exclusions[study.exclusions.stage == "test"]) == len(study.rejected)
     assert study.exclusions.reason.str.len().gt(0).all()
+
+
+def test_tables_when_every_verdict_failed_count_the_errors_and_invent_nothing():
+    from fabnb.judge import VERDICT_COLUMNS
+    from fabnb.study import study_tables
+
+    v = pd.DataFrame([{"system": "s", "model": "m", "context_k": 1.0, "mode": "A", "test_id": "t1",
+                       "generator": "random", "status": "error", "cause": "not-json", "configuration": "s",
+                       "llm": "l", "embedding": "bm25", "source_doc": "d", "origin": "real"}])
+    v = v.reindex(columns=[*VERDICT_COLUMNS, "configuration", "llm", "embedding", "source_doc", "origin"])
+    t = study_tables(v, pd.DataFrame({"test_id": ["t1"], "generator": ["random"], "source_doc": ["d"]}),
+                     pd.DataFrame({"generator": []}), n_boot=10)
+    assert set(t) == set(TABLES)
+    row = t["failures_by_configuration"].iloc[0]
+    assert (row.tests, row.judge_errors) == (0, 1) and np.isnan(row.failure_rate)
+    assert t["strongest_configuration"].empty and t["baseline_comparison"]["diff"].isna().all()
