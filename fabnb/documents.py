@@ -120,6 +120,19 @@ class GeneratedDocuments:
     rejected: pd.DataFrame
 
 
+def _kept_before(folder: Path) -> dict:
+    """doc_id -> manifest record of documents an earlier run kept whose files are still there."""
+    path = folder / "manifest.json"
+    if not path.exists():
+        return {}
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # an unreadable manifest: write the documents again
+    return {r["doc_id"]: r for r in records if isinstance(r, dict) and r.get("status") == "kept"
+            and Path(str(r.get("txt_path"))).exists() and Path(str(r.get("pdf_path"))).exists()}
+
+
 def write_documents(specs, llm, folder: str | Path, *, seed: int = 0, temperature: float = 0.7,
                     min_recovered: float = 0.9) -> GeneratedDocuments:
     """Ask ``llm`` for one document per spec; keep those that pass, as .txt and .pdf, with a manifest.
@@ -129,7 +142,10 @@ def write_documents(specs, llm, folder: str | Path, *, seed: int = 0, temperatur
     specs : iterable of DocumentSpec
     llm : fabnb.llm.LLM
     folder : path
-        Gets ``<doc_id>.txt``, ``<doc_id>.pdf`` and ``manifest.csv`` (kept and rejected).
+        Gets ``<doc_id>.txt``, ``<doc_id>.pdf`` and ``manifest.csv`` / ``manifest.json`` (kept
+        and rejected). A document an earlier run kept there for the same request (spec,
+        model, seed) is reused without asking the model again, so a rerun gives the same
+        corpus; rejected requests are asked again.
     min_recovered : float
         Share of the document's words the PDF loader must read back for the PDF to count.
 
@@ -142,10 +158,15 @@ def write_documents(specs, llm, folder: str | Path, *, seed: int = 0, temperatur
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    earlier = _kept_before(folder)
     kept, rejected = [], []
     for i, spec in enumerate(specs):
         doc_id = f"gen-{i + 1:03d}-" + "-".join(word_tokens(spec.topic)[:4])
         meta = {"doc_id": doc_id, **asdict(spec), "model": llm.model, "seed": seed + i}
+        again = earlier.get(doc_id)
+        if again is not None and all(again.get(k) == v for k, v in meta.items()):
+            kept.append(again)  # the same request was written and checked before: reuse it, ask nothing
+            continue
         try:
             done = llm.complete(document_prompt(spec), max_tokens=int(spec.words * 2), temperature=temperature,
                                 seed=seed + i)
@@ -178,9 +199,12 @@ def write_documents(specs, llm, folder: str | Path, *, seed: int = 0, temperatur
         kept.append({**meta, "n_words": len(word_tokens(text)), "topic_share": share, "txt_path": str(txt),
                      "pdf_path": str(pdf), "pdf_recovered": recovered})
     cols = ["doc_id", "topic", "words", "detail", "tone", "toc", "citations", "model", "seed"]
-    documents = pd.DataFrame(kept, columns=[*cols, "n_words", "topic_share", "txt_path", "pdf_path", "pdf_recovered"])
+    documents = pd.DataFrame([{k: v for k, v in r.items() if k != "status"} for r in kept],
+                             columns=[*cols, "n_words", "topic_share", "txt_path", "pdf_path", "pdf_recovered"])
     rejects = pd.DataFrame(rejected, columns=[*cols, "reason"])
     manifest = pd.concat([documents.assign(status="kept"), rejects.assign(status="rejected")], ignore_index=True)
     manifest.to_csv(folder / "manifest.csv", index=False)
-    (folder / "manifest.json").write_text(json.dumps(manifest.to_dict("records"), indent=1, default=str))
+    # Kept and rejected written apart, so a kept document's whole numbers stay whole (no NaN-widened columns).
+    records = documents.assign(status="kept").to_dict("records") + rejects.assign(status="rejected").to_dict("records")
+    (folder / "manifest.json").write_text(json.dumps(records, indent=1, default=str))
     return GeneratedDocuments(documents, rejects)

@@ -45,6 +45,19 @@ def test_documents_are_written_checked_and_read_back(tmp_path):
     assert manifest.status.value_counts().to_dict() == {"rejected": 2, "kept": 1}
 
 
+def test_a_rerun_reuses_kept_documents_and_asks_again_for_the_rest(tmp_path):
+    specs = [DocumentSpec("copper electroplating additives", words=120), DocumentSpec("ruthenium atomic layer etching")]
+    with StubServer(reply) as server:
+        first = write_documents(specs, LLM("writer", server.base_url, cache=False), tmp_path)
+        asked = len(server.requests)
+        again = write_documents(specs, LLM("writer", server.base_url, cache=False), tmp_path)
+        assert len(server.requests) == asked + 1  # only the rejected request is asked again
+        write_documents(specs, LLM("writer", server.base_url, cache=False), tmp_path, seed=5)
+        assert len(server.requests) == asked + 3  # another seed is another request: nothing reused
+    pd.testing.assert_frame_equal(first.documents, again.documents)
+    assert len(again.rejected) == 1
+
+
 def test_bad_specs_are_refused():
     with pytest.raises(ValueError, match="detail must be"):
         DocumentSpec("x topic", detail="deep")
