@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .rag import ResultsStore
+from .rag import RESULT_KEYS, ResultsStore
 from .schema import METRICS
 
 #: Version of the rubrics and steps below; recorded with every score.
@@ -192,7 +192,6 @@ def _deepeval():
     return deepeval
 
 
-# The score as an enum of 0..10: grammar-constrained servers (llama.cpp) enforce an enum, not min/max.
 def reason_score_schema(reason_chars: int = 400) -> dict:
     """The JSON schema of a judge's reply: a reason (at most ``reason_chars``) and an integer score 0-10.
 
@@ -1010,6 +1009,69 @@ def mcnemar_paired(a, b) -> dict:
             "rate_a": float(a.mean()) if len(a) else np.nan, "rate_b": float(b.mean()) if len(b) else np.nan}
 
 
+def bootstrap_group_diff(frame: pd.DataFrame, group: str, a, b, *, value: str = "failed",
+                         cluster: str = "source_doc", n_boot: int = 2000, seed: int = 0, ci: float = 0.95) -> dict:
+    """Difference of failure rates between two groups of tests, with a bootstrap interval over documents.
+
+    Documents, not tests, are resampled. When both groups have tests on the same
+    documents (generators, configurations, matched tests) the documents are resampled
+    once for both (paired by document); when their documents are disjoint (generated
+    against real documents) each group's documents are resampled on their own (stratified).
+
+    Parameters
+    ----------
+    frame : DataFrame
+        One row per verdict: ``group``, ``value`` (bool) and ``cluster``.
+    a, b : value or list of values of ``group``
+
+    Returns
+    -------
+    dict
+        a, b, n_a, n_b, rate_a, rate_b, diff (rate_a - rate_b), ci_low, ci_high,
+        n_clusters, resampling ("paired" or "stratified").
+
+    Examples
+    --------
+    >>> f = pd.DataFrame({"g": ["x", "y"] * 4, "failed": [1, 0, 1, 0, 1, 1, 0, 0],
+    ...                   "source_doc": ["d1", "d1", "d2", "d2", "d3", "d3", "d4", "d4"]})
+    >>> r = bootstrap_group_diff(f, "g", "x", "y", n_boot=200)
+    >>> r["rate_a"], r["rate_b"], r["diff"], r["resampling"]
+    (0.75, 0.25, 0.5, 'paired')
+    """
+    def members(v):
+        many = isinstance(v, (list, tuple, set))
+        return (frame[group].isin(list(v)) if many else frame[group] == v), ("+".join(map(str, v)) if many else v)
+
+    (in_a, name_a), (in_b, name_b) = members(a), members(b)
+    fa, fb = frame[in_a], frame[in_b]
+    out = {"a": name_a, "b": name_b, "n_a": len(fa), "n_b": len(fb)}
+    nan = dict.fromkeys(("rate_a", "rate_b", "diff", "ci_low", "ci_high"), np.nan)
+    if fa.empty or fb.empty:
+        return {**out, **nan, "n_clusters": 0, "resampling": "none"}
+    sa = fa.groupby(cluster)[value].agg(["sum", "size"]).astype(float)
+    sb = fb.groupby(cluster)[value].agg(["sum", "size"]).astype(float)
+    rate_a, rate_b = sa["sum"].sum() / sa["size"].sum(), sb["sum"].sum() / sb["size"].sum()
+    rng = np.random.default_rng(seed)
+    paired = bool(set(sa.index) & set(sb.index))
+    if paired:
+        both = pd.concat([sa.add_suffix("_a"), sb.add_suffix("_b")], axis=1).fillna(0.0).to_numpy()
+        s = both[rng.integers(0, len(both), size=(n_boot, len(both)))].sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            boots = s[:, 0] / s[:, 1] - s[:, 2] / s[:, 3]
+        n_clusters = len(both)
+    else:
+        xa, xb = sa.to_numpy(), sb.to_numpy()
+        ra = xa[rng.integers(0, len(xa), size=(n_boot, len(xa)))].sum(axis=1)
+        rb = xb[rng.integers(0, len(xb), size=(n_boot, len(xb)))].sum(axis=1)
+        boots = ra[:, 0] / ra[:, 1] - rb[:, 0] / rb[:, 1]
+        n_clusters = len(xa) + len(xb)
+    boots = boots[np.isfinite(boots)]
+    lo, hi = np.quantile(boots, [(1 - ci) / 2, 1 - (1 - ci) / 2]) if len(boots) else (np.nan, np.nan)
+    return {**out, "rate_a": float(rate_a), "rate_b": float(rate_b), "diff": float(rate_a - rate_b),
+            "ci_low": float(lo), "ci_high": float(hi), "n_clusters": n_clusters,
+            "resampling": "paired" if paired else "stratified"}
+
+
 def bootstrap_rate_diff(frame: pd.DataFrame, a: str, b: str, cluster: str = "doc_id", n_boot: int = 2000,
                         seed: int = 0, ci: float = 0.95) -> dict:
     """Bootstrap CI of the difference of two failure rates, resampling clusters (documents), not tests.
@@ -1024,16 +1086,11 @@ def bootstrap_rate_diff(frame: pd.DataFrame, a: str, b: str, cluster: str = "doc
     dict
         diff (rate_a - rate_b), ci_low, ci_high, n_clusters.
     """
-    rng = np.random.default_rng(seed)
-    groups = {k: g for k, g in frame.groupby(cluster)}
-    keys = list(groups)
-    sums = np.array([[groups[k][a].sum(), groups[k][b].sum(), len(groups[k])] for k in keys], dtype=float)
-    diff = sums[:, 0].sum() / sums[:, 2].sum() - sums[:, 1].sum() / sums[:, 2].sum()
-    idx = rng.integers(0, len(keys), size=(n_boot, len(keys)))
-    s = sums[idx].sum(axis=1)
-    boots = s[:, 0] / s[:, 2] - s[:, 1] / s[:, 2]
-    lo, hi = np.quantile(boots, [(1 - ci) / 2, 1 - (1 - ci) / 2])
-    return {"diff": float(diff), "ci_low": float(lo), "ci_high": float(hi), "n_clusters": len(keys)}
+    long = pd.concat([pd.DataFrame({cluster: frame[cluster].to_numpy(), "_side": side,
+                                    "_failed": frame[col].astype(bool).to_numpy()}) for side, col in (("a", a), ("b", b))],
+                     ignore_index=True)
+    r = bootstrap_group_diff(long, "_side", "a", "b", value="_failed", cluster=cluster, n_boot=n_boot, seed=seed, ci=ci)
+    return {k: r[k] for k in ("diff", "ci_low", "ci_high", "n_clusters")}
 
 
 # ------------------------------------------------------------------ RAG-TESTER: tests -> answers -> verdicts
@@ -1055,7 +1112,8 @@ def tests_as_questions(tests: pd.DataFrame) -> pd.DataFrame:
         "generator": tests["generator"], "kind": tests["kind"], "keywords": tests["keywords"]})
 
 
-VERDICT_KEYS = ("system", "model", "context_k", "mode", "test_id")
+#: A verdict is keyed like the answer it judges.
+VERDICT_KEYS = RESULT_KEYS
 VERDICT_COLUMNS = [*VERDICT_KEYS, "generator", "kind", "failed", "mean", *ORACLE_CRITERIA, "refusal",
                    "gold_retrieved", "passage_retrieved", "failure_type", "evidence_used", "reason", "injection_flag",
                    "judge_model", "status", "cause"]
@@ -1134,7 +1192,7 @@ def oracle_results(results: pd.DataFrame, tests: pd.DataFrame, llm, *, evidence:
         try:
             v = oracle_verdict(llm, test["question"], str(r.get("answer") or ""), str(test[expected_col]),
                                gold_text, test.get("keywords") or (), negative=negative)
-        except (JudgeError, Exception) as exc:  # noqa: BLE001 - recorded, the study goes on
+        except Exception as exc:  # noqa: BLE001 - a JudgeError or any failure is recorded, the study goes on
             row = {**base, "status": "error", "cause": getattr(exc, "cause", type(exc).__name__),
                    "reason": str(exc)[:300]}
         else:

@@ -17,7 +17,7 @@ not by prose:
    actually retrieved);
 4. configurations are compared on matched tests (McNemar's exact test, Holm-adjusted
    over all pairs) and every difference of failure rates gets a bootstrap interval
-   over documents (:func:`bootstrap_group_diff`), never raw counts alone.
+   over documents (:func:`fabnb.judge.bootstrap_group_diff`), never raw counts alone.
 
 :func:`run_study` does it all and returns a :class:`Study` whose ``tables`` are tidy
 frames (see :data:`TABLES`). What could not be used (an empty or off-topic generated
@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from .judge import bootstrap_group_diff
 
 #: RAG-TESTER's test generators, as the ``generator`` column names them.
 GENERATORS = ("complex_passage", "negative_rejection", "coverage", "random", "fair_baseline")
@@ -114,11 +116,12 @@ def generate_tests(chunks: pd.DataFrame, llm, n_per_generator: int = 1, *, vecto
     from .vectors import vectorize
 
     vectors = vectors if vectors is not None else vectorize(chunks)
-    docs = list(dict.fromkeys(chunks["doc_id"]))
+    by_doc = dict(tuple(chunks.groupby("doc_id", sort=False)))
+    docs = list(by_doc)
     n = n_per_generator
     parts = []
     for d, doc in enumerate(docs):
-        own = chunks[chunks["doc_id"] == doc]
+        own = by_doc[doc]
         s = seed + 100 * d
         for suite in (complex_passage_tests(own, llm, n, seed=s),
                       negative_rejection_tests(chunks, vectors, llm, n, seed=s, pool=own["chunk_id"]),
@@ -130,8 +133,7 @@ def generate_tests(chunks: pd.DataFrame, llm, n_per_generator: int = 1, *, vecto
     strategies = strategies[strategies["generator"].isin(STRATEGIES)]
     share = float((strategies["kind"] == "negative").mean()) if len(strategies) else 0.0
     for d, (doc, k) in enumerate(zip(docs, _spread(round(share * n * len(docs)), len(docs), n))):
-        own = chunks[chunks["doc_id"] == doc]
-        fair = fair_baseline_tests(chunks, vectors, llm, n, k / n, seed=seed + 100 * d, pool=own["chunk_id"])
+        fair = fair_baseline_tests(chunks, vectors, llm, n, k / n, seed=seed + 100 * d, pool=by_doc[doc]["chunk_id"])
         fair.rejected["source_doc"] = doc
         parts.append(fair)
     suite = TestSuite.concat(parts)
@@ -213,67 +215,9 @@ def build_configurations(chunks: pd.DataFrame, llms: dict, embeddings=EMBEDDINGS
 # ------------------------------------------------------------------ comparisons
 
 
-def bootstrap_group_diff(frame: pd.DataFrame, group: str, a, b, *, value: str = "failed",
-                         cluster: str = "source_doc", n_boot: int = 2000, seed: int = 0, ci: float = 0.95) -> dict:
-    """Difference of failure rates between two groups of tests, with a bootstrap interval over documents.
-
-    Documents, not tests, are resampled. When both groups have tests on the same
-    documents (generators, configurations) the documents are resampled once for both
-    (paired by document); when their documents are disjoint (generated against real
-    documents) each group's documents are resampled on their own (stratified).
-
-    Parameters
-    ----------
-    frame : DataFrame
-        One row per verdict: ``group``, ``value`` (bool) and ``cluster``.
-    a, b : value or list of values of ``group``
-
-    Returns
-    -------
-    dict
-        a, b, n_a, n_b, rate_a, rate_b, diff (rate_a - rate_b), ci_low, ci_high,
-        n_clusters, resampling ("paired" or "stratified").
-
-    Examples
-    --------
-    >>> f = pd.DataFrame({"g": ["x", "y"] * 4, "failed": [1, 0, 1, 0, 1, 1, 0, 0],
-    ...                   "source_doc": ["d1", "d1", "d2", "d2", "d3", "d3", "d4", "d4"]})
-    >>> r = bootstrap_group_diff(f, "g", "x", "y", n_boot=200)
-    >>> r["rate_a"], r["rate_b"], r["diff"], r["resampling"]
-    (0.75, 0.25, 0.5, 'paired')
-    """
-    def members(v):
-        many = isinstance(v, (list, tuple, set))
-        return (frame[group].isin(list(v)) if many else frame[group] == v), ("+".join(map(str, v)) if many else v)
-
-    (in_a, name_a), (in_b, name_b) = members(a), members(b)
-    fa, fb = frame[in_a], frame[in_b]
-    out = {"a": name_a, "b": name_b, "n_a": len(fa), "n_b": len(fb)}
-    nan = dict.fromkeys(("rate_a", "rate_b", "diff", "ci_low", "ci_high"), np.nan)
-    if fa.empty or fb.empty:
-        return {**out, **nan, "n_clusters": 0, "resampling": "none"}
-    sa = fa.groupby(cluster)[value].agg(["sum", "size"]).astype(float)
-    sb = fb.groupby(cluster)[value].agg(["sum", "size"]).astype(float)
-    rate_a, rate_b = sa["sum"].sum() / sa["size"].sum(), sb["sum"].sum() / sb["size"].sum()
-    rng = np.random.default_rng(seed)
-    paired = bool(set(sa.index) & set(sb.index))
-    if paired:
-        both = pd.concat([sa.add_suffix("_a"), sb.add_suffix("_b")], axis=1).fillna(0.0).to_numpy()
-        s = both[rng.integers(0, len(both), size=(n_boot, len(both)))].sum(axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            boots = s[:, 0] / s[:, 1] - s[:, 2] / s[:, 3]
-        n_clusters = len(both)
-    else:
-        xa, xb = sa.to_numpy(), sb.to_numpy()
-        ra = xa[rng.integers(0, len(xa), size=(n_boot, len(xa)))].sum(axis=1)
-        rb = xb[rng.integers(0, len(xb), size=(n_boot, len(xb)))].sum(axis=1)
-        boots = ra[:, 0] / ra[:, 1] - rb[:, 0] / rb[:, 1]
-        n_clusters = len(xa) + len(xb)
-    boots = boots[np.isfinite(boots)]
-    lo, hi = np.quantile(boots, [(1 - ci) / 2, 1 - (1 - ci) / 2]) if len(boots) else (np.nan, np.nan)
-    return {**out, "rate_a": float(rate_a), "rate_b": float(rate_b), "diff": float(rate_a - rate_b),
-            "ci_low": float(lo), "ci_high": float(hi), "n_clusters": n_clusters,
-            "resampling": "paired" if paired else "stratified"}
+def _judged(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """The verdicts the oracle gave (judge errors left out), ``failed`` as bool."""
+    return verdicts[verdicts["status"] == "ok"].assign(failed=lambda f: f["failed"].astype(bool))
 
 
 def configuration_pairs(verdicts: pd.DataFrame, tests: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
@@ -313,9 +257,9 @@ def baseline_comparison(verdicts: pd.DataFrame, n_boot: int = 2000, seed: int = 
     Returns
     -------
     DataFrame
-        comparison, then :func:`bootstrap_group_diff`'s fields.
+        comparison, then :func:`fabnb.judge.bootstrap_group_diff`'s fields.
     """
-    ok = verdicts[verdicts["status"] == "ok"].assign(failed=lambda f: f["failed"].astype(bool))
+    ok = _judged(verdicts)
     rows = [("strategies vs random", list(STRATEGIES), ["random"]),
             ("strategies vs fair baseline", list(STRATEGIES), ["fair_baseline"]),
             ("positive strategies vs random", ["complex_passage", "coverage"], ["random"])]
@@ -335,7 +279,7 @@ def yield_table(verdicts: pd.DataFrame, tests: pd.DataFrame, rejected: pd.DataFr
         generator, candidates, kept, yield (kept / candidates), verdicts, failed,
         failure_rate, surplus_vs_random (+ _low / _high), surplus_vs_fair (+ _low / _high).
     """
-    ok = verdicts[verdicts["status"] == "ok"].assign(failed=lambda f: f["failed"].astype(bool))
+    ok = _judged(verdicts)
     rows = []
     for g in GENERATORS:
         kept = int((tests["generator"] == g).sum())
@@ -385,7 +329,7 @@ def study_tables(verdicts: pd.DataFrame, tests: pd.DataFrame, rejected: pd.DataF
 
     by_config = failure_table(verdicts, by=("configuration", "llm", "embedding"))
     pairs = configuration_pairs(verdicts, tests, n_boot=n_boot, seed=seed)
-    ok = verdicts[verdicts["status"] == "ok"].assign(failed=lambda f: f["failed"].astype(bool))
+    ok = _judged(verdicts)
     origins = sorted(ok["origin"].dropna().unique())
     origin_row = (bootstrap_group_diff(ok, "origin", "real", "generated", n_boot=n_boot, seed=seed)
                   if {"real", "generated"} <= set(origins) else
@@ -427,7 +371,7 @@ def verdict_items(verdicts: pd.DataFrame, tests: pd.DataFrame, results: pd.DataF
         item_id, question, expected_answer, evidence, retrieved, answer, plus the strata
         columns (hidden from raters in blind mode as ``group`` / ``condition``).
     """
-    ok = verdicts[verdicts["status"] == "ok"].copy()
+    ok = _judged(verdicts)
     if ok.empty:
         raise StudyError("there are no verdicts to sample; run the oracle first.")
     ok["item_id"] = item_ids(ok)
@@ -487,8 +431,7 @@ def label_precision(verdicts: pd.DataFrame, store) -> dict:
         pair_agree += [float(x == y) for x, y in combinations(v, 2)]
     mean = matrix.mean()
     human = pd.DataFrame({"item_id": mean.index, "failed": mean.to_numpy() > 0.5, "tie": mean.to_numpy() == 0.5})
-    ok = verdicts[verdicts["status"] == "ok"].assign(item_id=lambda f: item_ids(f),
-                                                      failed=lambda f: f["failed"].astype(bool))
+    ok = _judged(verdicts).assign(item_id=item_ids)
     result = oracle_precision(ok, human[~human["tie"]], on="item_id")
     return {**result, "raters": int(len(matrix.index)), "items_labelled": int(len(matrix.columns)),
             "items_multi": int(multi.shape[1]), "ties": int(human["tie"].sum()),
