@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +28,8 @@ import pandas as pd  # noqa: E402
 
 from fabnb.judge import geval_metric, judge_model, judge_results, logprobs_supported, score_store  # noqa: E402
 from fabnb.llm import LLM  # noqa: E402
+
+from common import server_process  # noqa: E402  (benchmarks/common.py)
 
 SERVER = """
 import sys, json, math
@@ -56,12 +56,8 @@ def main() -> None:
     c, n = args.concurrency, args.cases
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"judge delay {args.delay} s in its own process; {n} cases x 1 metric at concurrency {c}")
-    tests = Path(__file__).resolve().parents[1] / "tests"
-    server = subprocess.Popen([sys.executable, "-c", SERVER, str(tests), str(args.delay)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    base_url = server.stdout.readline().strip()
     bound = n * args.delay / c
-    try:
+    with server_process(SERVER, args.delay) as base_url:
         llm = LLM("stub-judge", base_url, cache=False, concurrency=c)
         logprobs_supported(llm)  # the one probe, outside both timings
         questions = pd.DataFrame({"test_id": [f"Q{i:04d}" for i in range(n)],
@@ -93,9 +89,6 @@ def main() -> None:
                  display_config=DisplayConfig(show_indicator=False, print_results=False, inspect_after_run=False),
                  cache_config=CacheConfig(write_cache=False, use_cache=False))
         theirs = time.perf_counter() - start
-    finally:
-        server.stdin.close()
-        server.wait(timeout=10)
     print(f"fabnb judge_results:  {ours:.2f} s, {bound / ours:.0%} of the bound ({bound:.2f} s), "
           f"{run.scored} scored, {run.failed} failed; resumed run: {again.scored} scored in {resumed:.2f} s")
     print(f"deepeval.evaluate():  {theirs:.2f} s, {bound / theirs:.0%} of the bound")

@@ -15,8 +15,6 @@ import argparse
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -25,6 +23,8 @@ from pathlib import Path
 import pandas as pd
 
 from fabnb.rag import MaxKB, ResultsStore, run_grid
+
+from common import server_process  # benchmarks/common.py
 
 SERVER = """
 import sys, json, time
@@ -52,11 +52,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"server delay {args.delay} s in its own process")
-    tests = Path(__file__).resolve().parents[1] / "tests"
-    server = subprocess.Popen([sys.executable, "-c", SERVER, str(tests), str(args.delay)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    root = server.stdout.readline().strip()
-    try:
+    with server_process(SERVER, args.delay) as root:
         with tempfile.TemporaryDirectory() as tmp:
             for concurrency in (1, 8, 32):
                 cells = int(args.seconds * concurrency / args.delay) if concurrency > 1 else 16
@@ -80,9 +76,6 @@ def main() -> None:
                       f"{min(times):.2f}-{max(times):.2f}), bound {bound:.2f} s, "
                       f"{bound / took:.0%} of the bound's throughput, {run.failed} failed; "
                       f"resumed run: {again.asked} asked, {again.skipped} skipped, {extra} requests, {resumed:.2f} s")
-    finally:
-        server.stdin.close()
-        server.wait(timeout=10)
 
 
 if __name__ == "__main__":
