@@ -19,3 +19,12 @@ FAB_BENCH = Path(os.environ.get("FABNB_FAB_BENCH_DIR") or ROOT.parent / "shared"
 if (FAB_BENCH / "QAs").is_dir():
     os.environ.setdefault("FABNB_FAB_BENCH_DIR", str(FAB_BENCH))
 os.environ.setdefault("FABNB_CACHE_DIR", str(ROOT / ".pytest_cache" / "fabnb-cache"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """nbmake's notebook items get the ``notebook`` marker, so the fast lane can leave them out."""
+    import pytest
+
+    for item in items:
+        if str(item.fspath).endswith(".ipynb"):
+            item.add_marker(pytest.mark.notebook)

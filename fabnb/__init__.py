@@ -12,6 +12,8 @@ The package follows the FAB-Bench pipeline (arXiv 2605.26476), one module per st
 - :mod:`fabnb.passages`: readability, complexity and coverage (RAG-TESTER);
 - :mod:`fabnb.llm`: one client for any OpenAI-compatible endpoint (cache, retries, concurrency);
 - :mod:`fabnb.local`: the embedded Gemma 3 270M on llama.cpp's server, on loopback;
+- :mod:`fabnb.doctor`: what works on this machine (``fabnb doctor``);
+- :mod:`fabnb.errors`: the error family (:class:`FabnbError`) and the documented failure causes;
 - :mod:`fabnb.generation`: adaptive QA generation (Algorithm 1, Eqs. 4-14, Appendix C);
 - :mod:`fabnb.testcases`: RAG-TESTER's test generators and baselines;
 - :mod:`fabnb.documents`: RAG-TESTER's LLM-written retrieval documents, as text and PDF;
@@ -40,7 +42,12 @@ __version__ = "0.1.0"
 
 _SUBMODULES = ("schema", "published", "datasets", "corpus", "terms", "vectors", "synthesis", "passages",
                "llm", "local", "generation", "testcases", "documents", "curation", "rating", "rag", "judge", "study",
-               "records", "widgets", "scores", "analysis", "plots", "claims", "report", "cli")
+               "records", "widgets", "scores", "analysis", "plots", "claims", "report", "cli", "doctor", "errors")
+
+
+from .errors import CausedError, FabnbError  # noqa: E402 - light: no third-party import
+
+__all__ = ["CausedError", "FabnbError", "__version__", *_SUBMODULES]
 
 
 def __getattr__(name: str):

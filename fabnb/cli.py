@@ -5,6 +5,9 @@ FAB-Bench paper from its published numbers (or, with ``--scores FILE``, the same
 analyses of a user's own score CSV).
 
 ``fabnb serve-local`` serves the embedded model on loopback until interrupted.
+
+``fabnb doctor`` tells what works on this machine (exit status 1 when the default LLM
+cannot answer).
 """
 
 from __future__ import annotations
@@ -48,6 +51,18 @@ def _serve_local(args: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    from .doctor import check, default_llm_ok, render
+
+    start = time.perf_counter()
+    table = check(model=not args.no_model, endpoint=not args.no_model)
+    print(render(table))
+    print(f"({time.perf_counter() - start:.1f} s)")
+    if args.no_model:
+        return 0
+    return 0 if default_llm_ok(table) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fabnb", description="A research kit for adaptive RAG benchmarking.")
     parser.add_argument("--version", action="version", version=f"fabnb {__version__}")
@@ -60,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     loc.add_argument("--port", type=int, help="port (default: a free one)")
     loc.add_argument("--n-ctx", type=int, default=8192, help="context window in tokens (default: %(default)s)")
     loc.set_defaults(run=_serve_local)
+    doc = sub.add_parser("doctor", help="check what works on this machine (the embedded model, the endpoint, ...)")
+    doc.add_argument("--no-model", action="store_true",
+                     help="do not start the embedded model or call the endpoint (exit status 0)")
+    doc.set_defaults(run=_doctor)
     return parser
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from .errors import FabnbError
 
 #: File suffixes :func:`load_corpus` reads.
 FORMATS: dict[str, str] = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown",
@@ -37,7 +38,7 @@ CHUNK_COLUMNS = ["chunk_id", "doc_id", "position", "char_start", "char_end", "n_
                  "page", "section", "whole_document", "text"]
 
 
-class CorpusError(ValueError):
+class CorpusError(FabnbError, ValueError):
     """A corpus problem raised under ``on_error="raise"``."""
 
 

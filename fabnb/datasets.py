@@ -29,6 +29,7 @@ from pathlib import Path, PurePosixPath
 
 import pandas as pd
 
+from .errors import FabnbError
 from .schema import METRICS, QUESTION_FORMATS, TEST_TYPES
 
 #: The release commit whose files fabnb's manifest pins.
@@ -40,7 +41,7 @@ MAX_ARCHIVE_BYTES = 200 * 1024 * 1024
 OBJECTIVE_PREFIXES: tuple[str, ...] = ("[Calculation]", "[Fill]", "[Judge]", "[Choice]")
 
 
-class DatasetError(ValueError):
+class DatasetError(FabnbError, ValueError):
     """A dataset that cannot be found, fetched, verified or read."""
 
 
@@ -154,11 +155,14 @@ def read_qa_files(paths, on_error: str = "warn") -> QASet:
     paths : iterable of paths, or a folder (searched recursively for ``*.json``
         other than ``_benchmark_summary.json``)
     on_error : {"warn", "raise"}
+        ``"raise"`` reads every file, then raises one :class:`DatasetError` that names every
+        bad file; ``"warn"`` keeps what loads and lists the rest in ``problems``.
 
     Returns
     -------
     QASet
-        pairs in test_id order, and problems (path, message). A test_id seen twice is a problem.
+        pairs in test_id order, and problems (path, message: what is wrong, without the path).
+        A test_id seen twice is a problem.
     """
     if isinstance(paths, (str, Path)):
         if not Path(paths).exists():
@@ -172,19 +176,23 @@ def read_qa_files(paths, on_error: str = "warn") -> QASet:
             try:
                 record = json.loads(path.read_text(encoding="utf-8"))
             except json.JSONDecodeError as exc:
-                raise DatasetError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}).") from None
+                raise DatasetError(f"{path}: not valid JSON ({exc}).") from None
             except UnicodeDecodeError:
                 raise DatasetError(f"{path}: not UTF-8 text.") from None
             pair = parse_qa(record, str(path))
             if pair.test_id in seen:
                 raise DatasetError(f"{path}: test_id {pair.test_id!r} already read from {seen[pair.test_id]}.")
         except DatasetError as exc:
-            if on_error == "raise":
-                raise
-            problems.append({"path": str(path), "message": str(exc)})
+            message = str(exc)
+            # The path is its own column: say it once.
+            message = message[len(f"{path}: "):] if message.startswith(f"{path}: ") else message
+            problems.append({"path": str(path), "message": message})
             continue
         seen[pair.test_id] = path
         pairs.append(pair)
+    if problems and on_error == "raise":
+        listing = "\n".join(f"- {p['path']}: {p['message']}" for p in problems)
+        raise DatasetError(f"{len(problems)} QA file(s) could not be read:\n{listing}")
     pairs.sort(key=lambda p: p.test_id)
     return QASet(pairs, pd.DataFrame(problems, columns=["path", "message"]))
 
@@ -279,22 +287,37 @@ def cache_dir() -> Path:
 
 
 def verify_fab_bench(root: str | Path) -> None:
-    """Check every QA file of the pinned release under ``root`` against its SHA-256.
+    """Check that ``root/QAs`` holds exactly the pinned release: every file, unaltered, and nothing else.
 
     Raises
     ------
     DatasetError
-        Naming the first missing or altered file.
+        Naming every missing, altered or extra file at once.
     """
     root = Path(root)
-    for row in _manifest().itertuples():
+    manifest = _manifest()
+    problems = []
+    for row in manifest.itertuples():
         path = root / row.path
         if not path.is_file():
-            raise DatasetError(f"{root}: {row.path} is missing; the FAB-Bench release is incomplete.")
+            problems.append(f"{row.path}: missing")
+            continue
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         if digest != row.sha256:
-            raise DatasetError(f"{path}: SHA-256 {digest[:12]}... differs from the release's {row.sha256[:12]}...; "
-                               "the file was altered or is from another commit.")
+            problems.append(f"{row.path}: SHA-256 {digest[:12]}... differs from the release's {row.sha256[:12]}... "
+                            "(altered, or from another commit)")
+    known = set(manifest["path"])
+    if (root / "QAs").is_dir():
+        for path in sorted((root / "QAs").rglob("*")):
+            rel = path.relative_to(root).as_posix()
+            if path.is_file() and rel not in known:
+                problems.append(f"{rel}: not part of the release (an extra file would be read as QA data)")
+    if problems:
+        listing = "\n".join(f"- {p}" for p in problems)
+        raise DatasetError(f"{root} is not the pinned FAB-Bench release ({FAB_BENCH_COMMIT[:12]}):\n{listing}\n"
+                           "Remove the extra files, or fetch the release again (delete the folder; "
+                           "fabnb downloads and verifies it), or load a folder of your own with "
+                           "read_qa_files(path), which checks no hashes.")
 
 
 def _safe_member(name: str) -> PurePosixPath | None:

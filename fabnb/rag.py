@@ -36,6 +36,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import pandas as pd
 
+from .errors import CausedError
 from .records import append_jsonl, read_jsonl
 
 #: AnythingLLM's default retrieval: max context snippets 4, similarity threshold 0.25 (§7).
@@ -60,16 +61,12 @@ SYSTEM_PROMPT = ("You are a technical assistant. Answer the question using the p
                  "If the context does not contain the answer, say that it does not.")
 
 
-class RAGError(RuntimeError):
+class RAGError(CausedError, RuntimeError):
     """A question a system could not answer; ``cause`` is a short machine-readable label.
 
     Causes: ``connection``, ``timeout``, ``http-<status>``, ``bad-response`` (fields
     missing), ``empty-answer``, ``over-budget`` (the question alone exceeds the budget).
     """
-
-    def __init__(self, message: str, cause: str):
-        super().__init__(message)
-        self.cause = cause
 
 
 # ------------------------------------------------------------------ configuration
@@ -446,6 +443,13 @@ def context_prompt(question: str, context: str) -> list[dict]:
             {"role": "user", "content": f"Context:\n{context}\n\nQuestion: {question}\n\nAnswer:"}]
 
 
+def check_answer(done) -> None:
+    """The grid's answer check, run on a reply before it is cached: :class:`RAGError` ``empty-answer``."""
+    if not done.text.strip():
+        raise RAGError(f"{done.model} returned an empty answer (finish_reason={done.finish_reason}).",
+                       "empty-answer")
+
+
 def _check_budget(question: str, config: RAGConfig) -> int:
     q = count_tokens(question)
     if q + PROMPT_OVERHEAD > config.input_budget:
@@ -504,13 +508,11 @@ class ReferenceRAG:
             sources = [{"id": "gold", "doc_id": "gold", "text": context, "score": 1.0}]
         start = time.perf_counter()
         try:
+            # The answer check runs before the cache stores the reply: an empty answer is asked again on a rerun.
             done = self.llm.complete(context_prompt(question, context), max_tokens=config.max_output_tokens,
-                                     temperature=config.temperature)
+                                     temperature=config.temperature, validate=check_answer)
         except LLMError as exc:
             raise RAGError(str(exc), exc.cause) from None
-        if not done.text.strip():
-            raise RAGError(f"{self.model} returned an empty answer (finish_reason={done.finish_reason}).",
-                           "empty-answer")
         return Answer(done.text, sources, done.latency_s or time.perf_counter() - start, done.prompt_tokens,
                       done.completion_tokens, count_tokens(context))
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .errors import FabnbError
 from .records import append_jsonl
 from .records import read_jsonl as _read_records
 
@@ -48,7 +49,7 @@ BLIND_FIELDS = ("generation_metadata", "group", "condition", "model", "config", 
 RATING_COLUMNS = ["rater", "item_id", "dimension", "score", "comment", "ts"]
 
 
-class RatingError(ValueError):
+class RatingError(FabnbError, ValueError):
     """A rating that cannot be stored as it is."""
 
 

@@ -22,10 +22,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from .errors import FabnbError
 from .schema import ALL_METRICS, AVERAGE, METRICS, SCORE_KEYS, SCORE_REQUIRED
 
 
-class ScoreError(ValueError):
+class ScoreError(FabnbError, ValueError):
     """A score frame or file that cannot be analysed as it is."""
 
 

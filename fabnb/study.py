@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .errors import FabnbError
 from .judge import bootstrap_group_diff
 
 #: RAG-TESTER's test generators, as the ``generator`` column names them.
@@ -52,7 +53,7 @@ TABLES = ("failures_by_configuration", "failures_by_generator", "failures_by_con
           "origin_comparison", "yield_by_generator")
 
 
-class StudyError(ValueError):
+class StudyError(FabnbError, ValueError):
     """A study that cannot run as asked (the message says what to change)."""
 
 

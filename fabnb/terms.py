@@ -41,6 +41,7 @@ from importlib import resources
 from pathlib import Path
 
 import pandas as pd
+from .errors import FabnbError
 
 #: Eq. 1's high-weight categories in the default knowledge base.
 HIGH_WEIGHT_CATEGORIES: tuple[str, ...] = ("parameters", "processes")
@@ -53,7 +54,7 @@ _WORD = re.compile(r"[^\W_]+(?:['.\-][^\W_]+)*")
 _ATOM = re.compile(r"[^\W_]+(?:\.[0-9]+)*")
 
 
-class KnowledgeBaseError(ValueError):
+class KnowledgeBaseError(FabnbError, ValueError):
     """A knowledge-base file that cannot be used as it is."""
 
 

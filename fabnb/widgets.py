@@ -59,7 +59,8 @@ class _View(anywidget.AnyWidget):
         try:
             method(content)
             self.error = ""
-        except (RatingError, KeyError, ValueError, OSError) as exc:
+        except (RatingError, KeyError, ValueError, TypeError, OSError) as exc:
+            # A front-end message of the wrong shape is shown in the widget, never raised into the kernel.
             self.error = str(exc).strip("'\"")
 
     def _stamp(self, what: str) -> None:
@@ -148,7 +149,10 @@ class RatingPanel(_View):
         self._show(self.position - 1)
 
     def _do_goto(self, c):
-        self._show(int(c.get("position", 0)))
+        position = c.get("position", 0)
+        if not isinstance(position, int) or isinstance(position, bool):
+            raise ValueError(f"goto needs a whole-number position, not {position!r}")
+        self._show(position)
 
     def _do_unrated(self, c):
         nxt = self.session.next_unrated()

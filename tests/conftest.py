@@ -68,3 +68,13 @@ def evidence_chunks(fab_bench):
         warnings.simplefilter("ignore")
         chunks = chunk_corpus(evidence_corpus(fab_bench), size=128, overlap=32)
     return chunks, vectorize(chunks)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The fault-injection table (tests/test_faults.py), when its cases ran."""
+    import sys
+
+    faults = sys.modules.get("test_faults")
+    if faults is not None and faults.TABLE:
+        terminalreporter.section("fault injection: cause recorded, requests on the rerun, cells healed")
+        terminalreporter.write_line(pd.DataFrame(faults.TABLE).to_markdown(index=False))

@@ -3,6 +3,9 @@
 It answers ``POST /v1/chat/completions`` after a fixed delay, from a script:
 a callable ``reply(request_json, n) -> (status, body_dict_or_text, headers)`` or,
 by default, an echo of the last user message. It counts the requests it got.
+A body may also be a callable ``body(handler)`` that writes the raw reply itself
+(a truncated body, a reset connection, a slow drip: see ``tests/test_faults.py``);
+a ``Content-Type`` in ``headers`` replaces the JSON one.
 Never a default of the kit: notebooks and the CLI use a real model.
 """
 
@@ -61,9 +64,13 @@ class StubServer:
                 if stub.delay:
                     time.sleep(stub.delay)
                 status, payload, headers = stub.reply(body, n)
+                if callable(payload):
+                    payload(self)
+                    return
                 data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                if "Content-Type" not in headers:
+                    self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 for k, v in headers.items():
                     self.send_header(k, v)

@@ -44,3 +44,22 @@ def test_runtime_and_start():
     start = (BINDER / "start").read_text()
     assert "DEEPEVAL_TELEMETRY_OPT_OUT=1" in start and "DEEPEVAL_DISABLE_DOTENV=1" in start
     assert start.rstrip().endswith('exec "$@"')
+
+
+def test_postbuild_builds_llama_cpp_portably():
+    """llama.cpp is compiled in postBuild with GGML_NATIVE=OFF and no wheel cache, at a pin inside fabnb[local]."""
+    import os
+    import re
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    post = BINDER / "postBuild"
+    assert os.access(post, os.X_OK), "binder/postBuild must be executable"
+    text = post.read_text()
+    assert text.startswith("#!/bin/bash\n") and "\nset -e\n" in text
+    install = next(line for line in text.splitlines() if "pip install" in line)
+    assert 'CMAKE_ARGS="-DGGML_NATIVE=OFF"' in install and "--no-cache-dir" in install
+    pin = re.search(r'"llama-cpp-python\[server\]==([\d.]+)"', install).group(1)
+    local = next(Requirement(r) for r in project["optional-dependencies"]["local"] if r.startswith("llama"))
+    assert local.specifier.contains(pin), f"postBuild pins {pin}, outside fabnb[local]'s {local.specifier}"
+    pins, _ = _pins()
+    assert "llama-cpp-python" not in pins, "repo2docker would compile it natively from requirements.txt"

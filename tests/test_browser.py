@@ -26,6 +26,8 @@ import pytest
 from conftest import ROOT
 from fabnb.rating import RatingStore
 
+pytestmark = pytest.mark.browser
+
 HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=1</script> '
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]

@@ -266,6 +266,7 @@ def test_mcnemar_bootstrap_precision_and_agreement():
 # --------------------------------------------------------------- the real embedded model
 
 
+@pytest.mark.model
 def test_judging_on_the_embedded_model_records_both_scoring_modes(tmp_path, fab_bench):
     """Gemma 3 270M on llama.cpp as the judge: weighted scores with logprobs, integers without."""
     from fabnb.llm import ResponseCache

@@ -1,15 +1,94 @@
-"""Integration: the embedded llama.cpp server on loopback, with the real Gemma 3 270M model."""
+"""The embedded llama.cpp server on loopback: with the real Gemma 3 270M model (marked ``model``),
+and with a stand-in server that crashes (no model needed)."""
 
 import json
 import math
+import socket
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from fabnb.generation import GenerationConfig, generate_qa, quoted_share
 from fabnb.llm import LLMError, ResponseCache
-from fabnb.local import LocalServer
+from fabnb.local import PORTABLE_INSTALL, LocalServer, build_report
+
+FAKE = [sys.executable, str(Path(__file__).with_name("fake_llama_server.py"))]
 
 from gen_helpers import small_contexts
+
+
+@pytest.fixture
+def gguf(tmp_path):
+    path = tmp_path / "fake.gguf"
+    path.write_bytes(b"GGUF" + bytes(64))
+    return path
+
+
+@pytest.mark.parametrize("die,named", [("sigill", "signal SIGILL"), ("exit1", "exit code 1")])
+def test_a_server_that_dies_on_its_first_answer_names_its_death_at_start(gguf, monkeypatch, die, named):
+    monkeypatch.setenv("FAKE_LLAMA_DIE", die)
+    server = LocalServer(model=gguf, command=FAKE, startup_timeout=20)
+    began = time.monotonic()
+    with pytest.raises(LLMError) as info:
+        server.start()
+    assert time.monotonic() - began < 5
+    err = info.value
+    assert err.cause == "server-died" and named in str(err) and "while starting" not in str(err)
+    assert "dying" in str(err)  # the last lines of the server's log
+    if die == "sigill":
+        assert PORTABLE_INSTALL in str(err) and "CPU instructions" in str(err)
+    assert not server.running
+
+
+def test_a_server_that_dies_mid_study_ends_the_call_at_once(gguf, monkeypatch):
+    monkeypatch.setenv("FAKE_LLAMA_DIE", "sigill")
+    monkeypatch.setenv("FAKE_LLAMA_DIE_AFTER", "2")  # the start's own probe is answered
+    with LocalServer(model=gguf, command=FAKE, startup_timeout=20) as server:
+        llm = server.llm(cache=False, max_retries=4, backoff=1.0)
+        began = time.monotonic()
+        with pytest.raises(LLMError) as info:
+            llm.complete("Say OK.", max_tokens=2)
+        took = time.monotonic() - began
+    assert took < 5, f"{took:.1f} s: retried a dead server"
+    assert info.value.cause == "server-died" and info.value.attempts == 1
+    assert "signal SIGILL" in str(info.value) and "while answering" in str(info.value)
+
+
+def test_bad_model_files_and_a_taken_port_fail_before_any_process(tmp_path, gguf):
+    with pytest.raises(LLMError, match="does not exist") as info:
+        LocalServer(model=tmp_path / "nope.gguf", command=FAKE).start()
+    assert info.value.cause == "config"
+    text = tmp_path / "model.gguf"
+    text.write_text("not a model")
+    server = LocalServer(model=text, command=FAKE)
+    with pytest.raises(LLMError, match="is not a GGUF file"):
+        server.start()
+    assert server.process is None
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = LocalServer(model=gguf, command=FAKE, port=port)
+        with pytest.raises(LLMError, match=f"port {port} on 127.0.0.1 is already in use"):
+            server.start()
+        assert server.process is None
+
+
+@pytest.mark.model
+def test_the_installed_llama_cpp_is_a_portable_build():
+    """No AVX-512 register and no AMX instruction in any llama.cpp library (``objdump -d``).
+
+    CI runs this right after the README's install, with a native wheel of llama-cpp-python
+    left in pip's cache beforehand: the install must not have picked it up.
+    """
+    report = build_report()
+    assert report["installed"], "llama-cpp-python is not installed"
+    assert report["native_instructions"] is not None, "objdump is missing: install binutils"
+    assert report["libraries"] and report["portable"], (
+        f"{report['native_instructions']} AVX-512/AMX instructions in {report['libraries']}: a native build. "
+        f"Reinstall: {PORTABLE_INSTALL}")
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +104,7 @@ def fast_server():
         yield s
 
 
+@pytest.mark.model
 def test_server_answers_with_usage_and_logprobs(server, tmp_path):
     llm = server.llm(cache=ResponseCache(tmp_path / "c.sqlite"))
     done = llm.complete("The capital of France is", max_tokens=8, temperature=0, logprobs=True, top_logprobs=3)
@@ -36,6 +116,7 @@ def test_server_answers_with_usage_and_logprobs(server, tmp_path):
     assert again.cached and again.text == done.text
 
 
+@pytest.mark.model
 def test_schema_constrained_output_is_valid_json(fast_server):
     schema = {"type": "object", "properties": {"verdict": {"type": "string", "enum": ["yes", "no"]}},
               "required": ["verdict"]}
@@ -45,6 +126,7 @@ def test_schema_constrained_output_is_valid_json(fast_server):
     assert json.loads(done.text)["verdict"] in ("yes", "no")
 
 
+@pytest.mark.model
 def test_generation_on_the_real_model_counts_and_retries_failures(fast_server, tmp_path):
     chunks, contexts = small_contexts()
     llm = fast_server.llm(cache=ResponseCache(tmp_path / "gen.sqlite"))
@@ -63,8 +145,10 @@ def test_generation_on_the_real_model_counts_and_retries_failures(fast_server, t
     assert rerun.attempts.cached.all() and [p["question"] for p in rerun.pairs] == [p["question"] for p in run.pairs]
 
 
+@pytest.mark.model
 def test_a_broken_model_file_fails_with_the_servers_words(tmp_path):
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF not really")
-    with pytest.raises(LLMError, match="exited with code"):
+    with pytest.raises(LLMError, match="died while starting: exit code") as info:
         LocalServer(model=bad, startup_timeout=60).start()
+    assert info.value.cause == "server-died"

@@ -1,6 +1,7 @@
 """The whole chain on the embedded model and a tiny corpus: corpus -> contexts -> QA -> RAG answers -> scores -> figures."""
 
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 
@@ -16,6 +17,7 @@ from fabnb.scores import check_scores  # noqa: E402
 from gen_helpers import small_contexts  # noqa: E402
 
 
+@pytest.mark.model
 def test_corpus_to_figures_end_to_end(tmp_path):
     chunks, contexts = small_contexts()  # six technical paragraphs -> chunks -> needle-in-haystack contexts
     with LocalServer(n_ctx=4096) as server:

@@ -342,6 +342,7 @@ def test_questions_frame_from_fab_bench(fab_bench):
 # --------------------------------------------------------------- the real embedded model
 
 
+@pytest.mark.model
 def test_sweep_on_the_embedded_model_with_dual_mode(tmp_path, fab_bench, evidence_chunks):
     """Three context budgets x modes A and B x two FAB-Bench questions on Gemma 3 270M (llama.cpp)."""
     from fabnb.llm import ResponseCache

@@ -292,6 +292,7 @@ def test_a_study_without_tests_or_models_says_what_to_do(tmp_path):
 # ------------------------------------------------------------ the whole study on the embedded model
 
 
+@pytest.mark.model
 def test_the_whole_study_on_the_embedded_model(tmp_path, fab_bench):
     """One generated PDF and one real FAB-Bench document, TF-IDF / BM25 / MiniLM, the real Gemma 3 270M."""
     from fabnb.corpus import load_corpus

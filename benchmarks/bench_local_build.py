@@ -1,0 +1,51 @@
+"""Tokens per second of the embedded model for the llama.cpp build that is installed.
+
+Run it once per build (the portable one the kit installs, and a native one on a machine
+where both run) and compare:
+
+    python benchmarks/bench_local_build.py                       # the installed build
+    PYTHONPATH=/path/to/native/site python benchmarks/bench_local_build.py
+
+It reports the build (portable or native, from ``objdump``), prompt processing (a
+~1,000-token prompt, one output token) and generation (64 output tokens), each the
+median of 3 runs on a fresh server with no cache.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+
+from fabnb.llm import LLM
+from fabnb.local import MODEL_ALIAS, LocalServer, build_report
+
+PROMPT = " ".join(["Plasma etching of silicon nitride uses fluorocarbon chemistry at low pressure."] * 80)
+
+
+def main() -> None:
+    report = build_report()
+    kind = "portable" if report["portable"] else f"native ({report['native_instructions']} AVX-512/AMX instructions)"
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.machine())
+    print(f"machine: {cpu}, {os.cpu_count()} cores, "
+          f"llama-cpp-python {report['version']}, build: {kind}")
+    prompt_rates, gen_rates, prompt_tokens = [], [], 0
+    with LocalServer(n_ctx=2048) as server:
+        llm = LLM(MODEL_ALIAS, server.base_url, cache=False, schema_style="llama.cpp")
+        for i in range(3):
+            began = time.perf_counter()
+            done = llm.complete(f"{i} {PROMPT}", max_tokens=1, temperature=0.0)
+            prompt_rates.append(done.prompt_tokens / (time.perf_counter() - began))
+            prompt_tokens = done.prompt_tokens
+            began = time.perf_counter()
+            done = llm.complete(f"Run {i}. Write a long essay about wafer cleaning.", max_tokens=64, temperature=0.0,
+                                extra_body={"ignore_eos": True})
+            gen_rates.append(done.completion_tokens / (time.perf_counter() - began))
+    print(f"prompt processing: {statistics.median(prompt_rates):.0f} tokens/s (median of 3, {prompt_tokens}-token prompt)")
+    print(f"generation: {statistics.median(gen_rates):.1f} tokens/s (median of 3, 64 tokens)")
+
+
+if __name__ == "__main__":
+    main()
