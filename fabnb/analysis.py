@@ -482,9 +482,14 @@ def metric_correlations(
     if test is None:
         raise ValueError(f"method must be 'pearson' or 'spearman', not {method!r}")
     keys = [c for c in SCORE_KEYS if c in scores.columns]
-    wide = scores[scores["metric"].isin(metrics)].pivot_table(
-        index=keys, columns="metric", values="score", aggfunc="first", dropna=False
-    ).reset_index()
+    chosen = scores[scores["metric"].isin(metrics)]
+    if chosen.empty:
+        raise ValueError(f"no scores of the metrics {list(metrics)} to correlate")
+    wide = chosen.pivot_table(index=keys, columns="metric", values="score", aggfunc="first", dropna=False
+                              ).reset_index()
+    for m in metrics:  # a metric with no score at all: an empty column, so its pairs show n = 0
+        if m not in wide.columns:
+            wide[m] = np.nan
     groups = [("all", wide)] if by is None else list(wide.groupby(by, sort=False))
     rows = []
     for name, g in groups:

@@ -110,6 +110,7 @@ def _grouped_bars(ax, wide: pd.DataFrame, title: str, ylabel: str = "Score (0-1)
     """Bars of the six metrics (hue) for each row of ``wide`` (groups)."""
     n = len(METRICS)
     width = 0.8 / n
+    wide = wide.reindex(columns=list(METRICS))  # a metric with no score: an empty bar, not a KeyError
     x = np.arange(len(wide))
     for i, (color, metric) in enumerate(zip(_palette(n), METRICS)):
         values = wide[metric].to_numpy(float)
@@ -119,7 +120,8 @@ def _grouped_bars(ax, wide: pd.DataFrame, title: str, ylabel: str = "Score (0-1)
     ax.set_xticklabels(wide.index, fontsize=9)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    low = float(np.nanmin(wide[list(METRICS)].to_numpy(float)))
+    values = wide.to_numpy(float)
+    low = float(np.nanmin(values)) if np.isfinite(values).any() else 0.0
     ax.set_ylim(max(0.0, low - 0.15) if low > 0.5 else 0.0, 1.05)
     ax.legend(fontsize=7, ncol=3, loc="upper left")
     ax.grid(axis="y", alpha=0.3)

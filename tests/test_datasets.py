@@ -168,3 +168,36 @@ def test_manifest_pins_every_file(fab_bench_dir):
     assert len(rows) == 201
     one = rows.iloc[0]
     assert hashlib.sha256((fab_bench_dir / one.path).read_bytes()).hexdigest() == one.sha256
+
+
+def test_verify_means_exactly_the_release(fab_bench_dir, tmp_path):
+    """An extra QA file is not part of the release; every bad file is named at once."""
+    copy = tmp_path / "copy"
+    shutil.copytree(fab_bench_dir / "QAs", copy / "QAs")
+    extra = copy / "QAs/1_retrieval_robustness/ROB_999.json"
+    shutil.copy(copy / "QAs/1_retrieval_robustness/ROB_001.json", extra)
+    altered = copy / "QAs/3_generation_quality/GEN_002.json"
+    altered.write_text(altered.read_text() + " ")
+    (copy / "QAs/2_retrieval_multihop/MULTI_003.json").unlink()
+    with pytest.raises(D.DatasetError) as info:
+        D.load_fab_bench(copy, verify=True)
+    text = str(info.value)
+    assert "ROB_999.json: not part of the release" in text
+    assert "GEN_002.json: SHA-256" in text and "MULTI_003.json: missing" in text
+
+
+def test_strict_loader_names_every_broken_file_and_each_path_once(fab_bench_dir, tmp_path):
+    copy = tmp_path / "QAs"
+    shutil.copytree(fab_bench_dir / "QAs", copy)
+    first, second = copy / "1_retrieval_robustness/ROB_001.json", copy / "3_generation_quality/GEN_001.json"
+    first.write_text('{"test_id": "ROB_001", "question": "unterminated')
+    second.write_text("[]")
+    with pytest.raises(D.DatasetError) as info:
+        D.read_qa_files(copy, on_error="raise")
+    text = str(info.value)
+    assert "2 QA file(s) could not be read" in text and "ROB_001.json" in text and "GEN_001.json" in text
+    assert "at at" not in text and "starting at: line 1" in text
+    loose = D.read_qa_files(copy)  # the non-strict path keeps the rest
+    assert len(loose.pairs) == 198 and len(loose.problems) == 2
+    for p in loose.problems.itertuples():
+        assert p.path not in p.message, p.message  # the path is its own column: said once

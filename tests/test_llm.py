@@ -168,3 +168,72 @@ def test_schema_travels_in_the_servers_dialect():
     assert s.requests[1]["response_format"] == {"type": "json_object", "schema": schema}
     with pytest.raises(ValueError, match="schema_style"):
         LLM("m", "http://127.0.0.1:9/v1", cache=False, schema_style="anthropic")
+
+
+def test_attempt_counts_are_true(cache):
+    """A 401 is not retried: one request, and the message says one attempt (it said max_retries + 1)."""
+    with StubServer(lambda r, n: (401, {"error": {"message": "bad key"}}, {})) as s:
+        llm = LLM("m", s.base_url, SECRET, cache=cache, max_retries=3, backoff=0.01)
+        with pytest.raises(LLMError) as info:
+            llm.complete("hi")
+        assert len(s.requests) == 1
+    assert info.value.attempts == 1 and "http-401 after 1 attempt(s)" in str(info.value)
+
+
+@pytest.mark.parametrize("status,body,headers,cause", [
+    (200, {"id": "x"}, {}, "bad-response"),
+    (200, "<html><body>oops</body></html>", {"Content-Type": "text/html"}, "bad-body"),
+    (200, "<html><body>oops</body></html>", {}, "bad-body"),
+    (200, {"error": {"message": "overloaded"}}, {}, "error-body"),
+])
+def test_malformed_replies_are_recorded_by_map_never_raised_raw(cache, status, body, headers, cause):
+    """These escaped as TypeError / AttributeError / JSONDecodeError and crashed the whole batch."""
+    def reply(request, n):
+        if "bad" in request["messages"][-1]["content"]:
+            return status, body, headers
+        return echo(request, n)
+
+    with StubServer(reply) as s:
+        llm = LLM("m", s.base_url, SECRET, cache=cache, backoff=0.01)
+        out = llm.map(["good", "bad", "good too"], error_policy="record")
+        assert isinstance(out[1], Failure) and out[1].cause == cause and out[1].attempts == 1
+        assert out[0].text == "echo: good" and out[2].text == "echo: good too"
+        with pytest.raises(LLMError) as info:
+            llm.map(["bad"], error_policy="raise")
+        assert info.value.cause == cause
+        assert len(cache) == 2  # only the two good replies were stored
+
+
+def _chain(exc):
+    """Every exception reachable from ``exc`` through __cause__ and __context__."""
+    seen, todo = [], [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or any(e is s for s in seen):
+            continue
+        seen.append(e)
+        todo += [e.__cause__, e.__context__]
+    return seen
+
+
+@pytest.mark.parametrize("status", [401, 503])
+def test_no_secret_anywhere_in_the_error_chain(cache, status):
+    """The server echoes the key back; nothing reachable from the LLMError holds it."""
+    import traceback
+
+    def reply(request, n):
+        return status, {"error": {"message": f"invalid key {SECRET} for this org"}}, {}
+
+    with StubServer(reply) as s:
+        llm = LLM("m", s.base_url, SECRET, cache=cache, max_retries=1, backoff=0.01)
+        try:
+            llm.complete("hi")
+        except LLMError as exc:
+            error = exc
+    chain = _chain(error)
+    assert len(chain) == 1, f"the client's exception is attached: {[type(e).__name__ for e in chain]}"
+    texts = [str(error), repr(error), *map(str, error.args),
+             "".join(traceback.format_exception(type(error), error, error.__traceback__))]
+    for text in texts:
+        assert SECRET not in text
+    assert "***" in str(error)

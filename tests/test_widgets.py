@@ -169,3 +169,16 @@ def test_a_killed_kernel_keeps_every_score_already_given(tmp_path):
     again = RatingPanel(RatingSession(pd.DataFrame({"item_id": ["a", "b", "c"], "question": ["q1", "q2", "q3"]}),
                                       "ana", RatingStore(tmp_path), seed=0))
     assert again.item["item_id"] == order[0] and again.scores == {"accuracy": 5, "relevance": 4}  # resumes there
+
+
+def test_rating_panel_shows_a_bad_goto_as_an_error(items, tmp_path):
+    panel = RatingPanel(RatingSession(items, "ana", RatingStore(tmp_path)))
+    for bad in (None, "2", 1.5, True, [3]):
+        panel.handle({"action": "goto", "position": bad})  # never raised into the kernel
+        assert "goto needs a whole-number position" in panel.error and panel.position == 0
+    panel.handle({"action": "goto", "position": 2})
+    assert panel.position == 2 and panel.error == ""
+    panel.handle({"action": "rate", "dimension": "accuracy", "value": None})
+    assert panel.error
+    panel.handle("not a dict")
+    assert "unknown action" in panel.error

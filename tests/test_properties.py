@@ -1,0 +1,229 @@
+"""Edge data never breaks a table or a plot (property-based, with hypothesis).
+
+Score frames with one model, one context, a single row, ties, NaN, scores of exactly 0
+and 1, and empty frames go through every public function of ``fabnb.analysis`` and
+``fabnb.plots``; counts from 0 to n go through the statistics and the RAG-TESTER failure
+tables. Each call returns a result, or raises ``ValueError`` (or a ``FabnbError``) that
+says what is missing; an interval always contains its estimate. Cheap on purpose: at most
+25 examples per property and bootstraps of 50 draws.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from fabnb import analysis, plots  # noqa: E402
+from fabnb.errors import FabnbError  # noqa: E402
+from fabnb.schema import AVERAGE, METRICS  # noqa: E402
+
+CHEAP = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CONTEXTS = [4.0, 8.0, 16.0, 28.0, 32.0]
+SCORE = st.one_of(st.sampled_from([0.0, 1.0, 0.5, 0.5, float("nan")]), st.floats(0, 1))
+
+
+@st.composite
+def score_frames(draw):
+    """A long score frame: 0-3 models, 1-5 contexts, the six metrics and the average, holes and NaN."""
+    models = draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=0, max_size=3, unique=True))
+    contexts = draw(st.lists(st.sampled_from(CONTEXTS), min_size=1, max_size=5, unique=True))
+    rows = []
+    for m in models:
+        for k in contexts:
+            for metric in (*METRICS, AVERAGE):
+                if draw(st.integers(0, 9)) == 0:  # a hole in the grid
+                    continue
+                rows.append({"system": "S", "model": m, "context_k": k, "output_k": 1.0, "metric": metric,
+                             "score": draw(SCORE)})
+    return pd.DataFrame(rows, columns=["system", "model", "context_k", "output_k", "metric", "score"])
+
+
+def settles(fn, *args, **kwargs):
+    """Call ``fn``: a result, or a ValueError / FabnbError that says something. Anything else fails."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, FabnbError) as exc:
+            assert str(exc).strip(), f"{fn.__name__} raised {type(exc).__name__} with no message"
+            return None
+
+
+def _close_all():
+    plt.close("all")
+
+
+@CHEAP
+@given(score_frames())
+def test_analysis_functions_settle_on_edge_frames(scores):
+    models = sorted(scores["model"].unique())
+    fits = settles(analysis.fit_log_curves, scores)
+    if fits is not None and len(fits):
+        for col_lo, col, col_hi in (("slope_ci_low", "slope", "slope_ci_high"),):
+            if {col_lo, col, col_hi} <= set(fits.columns):
+                ok = fits[[col_lo, col, col_hi]].dropna()
+                assert (ok[col_lo] <= ok[col] + 1e-12).all() and (ok[col] <= ok[col_hi] + 1e-12).all()
+        settles(analysis.predict_log_curve, fits.iloc[0], [4, 8])
+    logistic = settles(analysis.fit_logistic_curves, scores)
+    if logistic is not None and len(logistic):
+        settles(analysis.predict_logistic_curve, logistic.iloc[0], [4, 8])
+    settles(analysis.operating_points, scores)
+    settles(analysis.routing_table, scores)
+    settles(analysis.classify_scaling, scores)
+    settles(analysis.metric_slopes, scores)
+    settles(analysis.context_to_reach, scores, 0.5)
+    for method in ("pearson", "spearman"):
+        settles(analysis.metric_correlations, scores, method=method)
+    settles(analysis.metric_correlations, scores, by="model")
+    settles(analysis.dilution, scores, 28.0, 32.0)
+    settles(analysis.metric_profile, scores)
+    settles(analysis.metric_gaps, scores)
+    settles(analysis.framework_table, scores)
+    settles(analysis.check_averages, scores)
+    if models:
+        settles(analysis.gain_rates, scores, models[0], [(4, 8), (16, 32)])
+    if len(models) >= 2:
+        for method in ("observed", "log"):
+            settles(analysis.crossovers, scores, models[0], models[1], method=method)
+
+
+@CHEAP
+@given(score_frames())
+def test_plots_settle_on_edge_frames_and_return_their_axes(scores):
+    try:
+        for fn, args in ((plots.plot_scaling, (scores,)), (plots.plot_breakdown, (scores, 4.0)),
+                         (plots.plot_frameworks, (scores,))):
+            ax = settles(fn, *args)
+            assert ax is None or hasattr(ax, "figure")
+        deltas = settles(analysis.dilution, scores, 28.0, 32.0)
+        if deltas is not None:
+            settles(plots.plot_deltas, deltas)
+        profile = settles(analysis.metric_profile, scores)
+        if profile is not None:
+            settles(plots.plot_radar, profile)
+        corr = settles(analysis.metric_correlations, scores)
+        if corr is not None:
+            settles(plots.plot_correlations, corr)
+    finally:
+        _close_all()
+
+
+@CHEAP
+@given(st.integers(0, 40).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n))),
+       st.sampled_from([0.8, 0.9, 0.95, 0.99]))
+def test_wilson_interval_always_contains_its_rate(counts, ci):
+    from fabnb.stats import wilson_interval
+
+    k, n = counts
+    lo, hi = wilson_interval(k, n, ci)
+    if n == 0:
+        assert math.isnan(lo) and math.isnan(hi)
+    else:
+        assert 0.0 <= lo <= k / n <= hi <= 1.0
+
+
+def test_wilson_interval_matches_a_published_example():
+    """Newcombe (1998), Table I: 81 of 263 gives 0.2553 to 0.3662 (the Wilson score method)."""
+    from fabnb.stats import wilson_interval
+
+    lo, hi = wilson_interval(81, 263)
+    assert round(lo, 4) == 0.2553 and round(hi, 4) == 0.3662
+    with pytest.raises(ValueError, match="0 <= successes <= n"):
+        wilson_interval(3, 2)
+
+
+def _verdicts(counts, rng):
+    """A verdict frame: configuration i fails k_i of n_i tests (0 of n, n of n, single rows...)."""
+    rows = []
+    for i, (k, n) in enumerate(counts):
+        for j in range(n):
+            rows.append({"configuration": f"c{i}", "system": f"c{i}", "generator": f"g{j % 2}", "test_id": f"t{j}",
+                         "source_doc": f"d{j % 3}", "status": "ok", "failed": j < k,
+                         "failure_type": ("answer failure" if rng.random() < 0.5 else "retrieval miss")
+                         if j < k else ""})
+    return pd.DataFrame(rows, columns=["configuration", "system", "generator", "test_id", "source_doc", "status", "failed",
+                                       "failure_type"])
+
+
+@CHEAP
+@given(st.lists(st.integers(0, 7).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n))), min_size=1,
+                max_size=3))
+def test_failure_tables_and_their_plot_settle_on_zero_and_full_rates(counts):
+    """Notebook 08's cell broke on 0 of 7 and 7 of 7 (a Wilson bound 1e-16 past the rate)."""
+    from fabnb.judge import compare_configurations, failure_table
+
+    verdicts = _verdicts(counts, np.random.default_rng(0))
+    table = settles(failure_table, verdicts, by=("configuration",))
+    if table is not None and len(table):
+        ok = table.dropna(subset=["failure_rate"])
+        assert (ok["ci_low"] <= ok["failure_rate"]).all() and (ok["failure_rate"] <= ok["ci_high"]).all()
+        try:
+            settles(plots.plot_failures, table)
+        finally:
+            _close_all()
+    if len(counts) >= 2:
+        settles(compare_configurations, verdicts, "c0", "c1", n_boot=50)
+
+
+def test_plot_failures_at_zero_of_n_and_n_of_n():
+    """The exact case that failed on a fresh clone: one group fails 0 of 7, another 7 of 7."""
+    from fabnb.judge import failure_table
+
+    table = failure_table(_verdicts([(0, 7), (7, 7)], np.random.default_rng(1)), by=("configuration",))
+    assert table["failure_rate"].tolist() == [0.0, 1.0]
+    assert table["ci_low"].iloc[1] <= 1.0 <= table["ci_high"].iloc[1] and table["ci_low"].iloc[0] == 0.0
+    ax = plots.plot_failures(table)
+    assert ax.get_xlim() == (0.0, 1.0)
+    _close_all()
+
+
+@CHEAP
+@given(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=0, max_size=12))
+def test_paired_statistics_settle(pairs):
+    from fabnb.judge import mcnemar_paired
+
+    a = [p[0] for p in pairs]
+    b = [p[1] for p in pairs]
+    out = settles(mcnemar_paired, a, b)
+    if out is not None and "p_value" in out and not math.isnan(out["p_value"]):
+        assert 0.0 <= out["p_value"] <= 1.0
+
+
+@CHEAP
+@given(st.integers(1, 4), st.integers(1, 6), st.data())
+def test_agreement_statistics_settle(raters, items, data):
+    from fabnb.rating import icc, krippendorff_alpha, weighted_kappa
+
+    values = data.draw(st.lists(st.one_of(st.integers(1, 5), st.just(None)), min_size=raters * items,
+                                max_size=raters * items))
+    matrix = pd.DataFrame(np.array([np.nan if v is None else v for v in values], dtype=float).reshape(raters, items))
+    settles(krippendorff_alpha, matrix)
+    settles(icc, matrix)
+    if raters >= 2:
+        both = matrix.iloc[:2].dropna(axis=1)
+        settles(weighted_kappa, both.iloc[0].astype(int).tolist(), both.iloc[1].astype(int).tolist())
+
+
+@CHEAP
+@given(st.lists(st.floats(0, 1), min_size=0, max_size=8), st.integers(0, 5), st.data())
+def test_prediction_powered_mean_settles(judge_all, labeled, data):
+    from fabnb.judge import ppi_mean
+
+    judge_labeled = data.draw(st.lists(st.floats(0, 1), min_size=labeled, max_size=labeled))
+    human = data.draw(st.lists(st.floats(0, 1), min_size=labeled, max_size=labeled))
+    out = settles(ppi_mean, judge_all, judge_labeled, human)
+    if out is not None:
+        estimate, lo, hi = (out.get(k) for k in ("mean", "ci_low", "ci_high"))
+        if all(v is not None and not math.isnan(v) for v in (estimate, lo, hi)):
+            assert lo <= estimate <= hi
