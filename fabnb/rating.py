@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import FabnbError
+from .stats import icc, krippendorff_alpha, weighted_kappa  # noqa: F401 - re-exported: fabnb.rating.icc, ...
 from .records import append_jsonl
 from .records import read_jsonl as _read_records
 
@@ -304,63 +305,6 @@ def rating_matrix(ratings: pd.DataFrame, dimension: str) -> pd.DataFrame:
     """Raters x items matrix of one dimension (NaN where a rater did not rate an item)."""
     r = ratings[ratings["dimension"] == dimension]
     return r.pivot_table(index="rater", columns="item_id", values="score", aggfunc="last")
-
-
-def krippendorff_alpha(matrix: pd.DataFrame | np.ndarray, level: str = "ordinal") -> float:
-    """Krippendorff's alpha of a raters x items matrix; missing ratings (NaN) allowed."""
-    import krippendorff
-
-    data = np.asarray(matrix, dtype=float)
-    if np.sum(~np.isnan(data)) < 2 or np.unique(data[~np.isnan(data)]).size < 2:
-        return float("nan")
-    return float(krippendorff.alpha(reliability_data=data, level_of_measurement=level))
-
-
-def icc(matrix: pd.DataFrame | np.ndarray, kind: str = "ICC2") -> float:
-    """Intraclass correlation (Shrout & Fleiss 1979) of a raters x items matrix.
-
-    Items with a missing rating are dropped. ``ICC1``: one-way random; ``ICC2``:
-    two-way random, absolute agreement; ``ICC3``: two-way mixed, consistency (single rater).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> sf = np.array([[9, 6, 8, 7, 10, 6], [2, 1, 4, 1, 5, 2], [5, 3, 6, 2, 6, 4], [8, 2, 8, 6, 9, 7]])
-    >>> [round(icc(sf, k), 2) for k in ("ICC1", "ICC2", "ICC3")]   # Shrout & Fleiss, Table 4
-    [0.17, 0.29, 0.71]
-    """
-    x = np.asarray(matrix, dtype=float).T  # items x raters
-    x = x[~np.isnan(x).any(axis=1)]
-    n, k = x.shape
-    if n < 2 or k < 2:
-        return float("nan")
-    grand = x.mean()
-    ss_rows = k * np.sum((x.mean(axis=1) - grand) ** 2)
-    ss_cols = n * np.sum((x.mean(axis=0) - grand) ** 2)
-    ss_total = np.sum((x - grand) ** 2)
-    ms_rows = ss_rows / (n - 1)
-    ms_within = (ss_total - ss_rows) / (n * (k - 1))
-    ms_cols = ss_cols / (k - 1)
-    ms_error = (ss_total - ss_rows - ss_cols) / ((n - 1) * (k - 1))
-    if kind == "ICC1":
-        return float((ms_rows - ms_within) / (ms_rows + (k - 1) * ms_within))
-    if kind == "ICC2":
-        return float((ms_rows - ms_error) / (ms_rows + (k - 1) * ms_error + k * (ms_cols - ms_error) / n))
-    if kind == "ICC3":
-        return float((ms_rows - ms_error) / (ms_rows + (k - 1) * ms_error))
-    raise ValueError(f"kind must be ICC1, ICC2 or ICC3, not {kind!r}")
-
-
-def weighted_kappa(a, b, weights: str = "quadratic") -> float:
-    """Cohen's weighted kappa between two raters' scores on the same items (scikit-learn)."""
-    from sklearn.metrics import cohen_kappa_score
-
-    a, b = np.asarray(a), np.asarray(b)
-    keep = ~(pd.isna(a) | pd.isna(b))
-    if keep.sum() < 2:
-        return float("nan")
-    return float(cohen_kappa_score(a[keep].astype(int), b[keep].astype(int), weights=weights,
-                                   labels=list(range(SCALE[0], SCALE[1] + 1))))
 
 
 def agreement(ratings: pd.DataFrame, n_boot: int = 1000, seed: int = 0, ci: float = 0.95) -> pd.DataFrame:

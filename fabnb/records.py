@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .schema import RESULT_COLUMNS, RESULT_KEYS
 
 
 def append_jsonl(path: str | Path, record: dict) -> None:
@@ -65,3 +71,66 @@ def read_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> tuple[list[d
                 continue
             out.append(rec)
     return out, problems
+
+
+class ResultsStore:
+    """Records in one append-only JSONL file, one cell per key (for RAG answers: system, model, context, mode, question).
+
+    Every answer and every failure is appended (and fsynced) as it arrives. Reading
+    keeps the latest record per cell; a line cut off by a crash is reported and skipped.
+    The judging stage keeps its scores in the same kind of store, with a longer key.
+
+    Parameters
+    ----------
+    path : path
+        The ``.jsonl`` file (its folder is created).
+    keys : tuple of str
+        The fields that name a cell.
+    columns : list of str, optional
+        Column order of :meth:`frame` (default: :data:`RESULT_COLUMNS` for RAG answers).
+    """
+
+    def __init__(self, path: str | Path, keys: tuple[str, ...] = RESULT_KEYS, columns: list[str] | None = None):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.keys = tuple(keys)
+        self.columns = columns or (RESULT_COLUMNS if self.keys == RESULT_KEYS else None)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"ResultsStore({str(self.path)!r})"
+
+    def key(self, record: dict) -> tuple:
+        """The cell a record belongs to (context sizes as floats, the rest as text)."""
+        return tuple(float(record[k]) if k == "context_k" else str(record[k]) for k in self.keys)
+
+    def append(self, record: dict) -> None:
+        with self._lock:
+            append_jsonl(self.path, record)
+
+    def records(self) -> tuple[list[dict], pd.DataFrame]:
+        """Every record in file order, and the unreadable lines (file, line, message)."""
+        if not self.path.exists():
+            return [], pd.DataFrame(columns=["file", "line", "message"])
+        recs, problems = read_jsonl(self.path, required=self.keys)
+        return recs, pd.DataFrame(problems, columns=["file", "line", "message"])
+
+    def done(self) -> set:
+        """Keys of cells answered successfully."""
+        return {self.key(r) for r in self.records()[0] if r.get("status") == "ok"}
+
+    def frame(self, history: bool = False) -> pd.DataFrame:
+        """The records as a tidy frame, one row per cell unless ``history``.
+
+        A successful record is never replaced by a later failure of the same cell.
+        """
+        recs = self.records()[0]
+        frame = pd.DataFrame(recs)
+        if self.columns is not None:
+            frame = frame.reindex(columns=self.columns)
+        if history or frame.empty:
+            return frame
+        frame["_ok"] = frame["status"].eq("ok")
+        frame["_order"] = np.arange(len(frame))
+        frame = frame.sort_values(["_ok", "_order"]).drop_duplicates(list(self.keys), keep="last")
+        return frame.sort_values("_order").drop(columns=["_ok", "_order"]).reset_index(drop=True)

@@ -66,3 +66,18 @@ SCORE_KEYS: tuple[str, ...] = ("system", "model", "context_k", "output_k", "mode
 
 #: The two dual-mode assessment modes of Appendix F.3.
 MODES: dict[str, str] = {"A": "with_kb (system's own retrieval)", "B": "without_kb (gold context injected)"}
+
+#: The key of one RAG answer in a results store (:class:`fabnb.records.ResultsStore`): one cell of the grid.
+RESULT_KEYS: tuple[str, ...] = ("system", "model", "context_k", "mode", "test_id")
+#: The columns of a results store's frame, in order.
+RESULT_COLUMNS: list[str] = [*RESULT_KEYS, "output_tokens", "status", "cause", "error", "answer", "n_sources",
+                             "sources_exposed", "sources", "gold_retrieved", "context_tokens", "prompt_tokens",
+                             "completion_tokens", "latency_s", "context_signal", "ts"]
+
+#: The key of one judge score in a score store (:func:`fabnb.judge.score_store`): an answer's key, the metric
+#: and the replicate. Not :data:`SCORE_KEYS`, which are the optional key columns of a score frame.
+SCORE_RECORD_KEYS: tuple[str, ...] = ("system", "model", "context_k", "mode", "test_id", "metric", "replicate")
+#: The columns of a score store's frame, in order.
+SCORE_RECORD_COLUMNS: list[str] = [*SCORE_RECORD_KEYS, "status", "score", "raw_score", "weighted_score", "scoring", "scoring_note",
+                            "reason", "variant", "context_basis", "judge_model", "rubric_version", "injection_flag",
+                            "truncated", "cause", "error", "ts"]

