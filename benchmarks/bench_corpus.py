@@ -99,7 +99,8 @@ def main() -> None:
                              capture_output=True, text=True, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
         results[n] = r
-        print(f"{r['tokens']:>11,} tokens, {r['documents']:>5} docs, {r['chunks']:>6} chunks, vocab {r['vocabulary']:,}: "
+        print(f"{r['tokens']:>11,} tokens, {r['documents']:>5} docs, {r['chunks']:>6} chunks, "
+              f"vocab {r['vocabulary']:,}: "
               f"chunk {r['chunk_s']:.1f} s, TF-IDF {r['tfidf_s']:.1f} s, {r['seeds']} multi-hop links "
               f"{r['links_s']:.1f} s ({r['valid_links']} > theta_link); total {r['total_s']:.1f} s, "
               f"{r['tokens_per_s']:,.0f} tokens/s, peak RSS {r['peak_rss_mb']:,.0f} MB")

@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from stub_openai import StubServer  # noqa: E402  (the scripted server of the test suite)
-
 from fabnb.llm import LLM, ResponseCache  # noqa: E402
+
+from stub_openai import StubServer  # noqa: E402  (the scripted server of the test suite)
 
 
 def main() -> None:

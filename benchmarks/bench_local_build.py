@@ -43,7 +43,8 @@ def main() -> None:
             done = llm.complete(f"Run {i}. Write a long essay about wafer cleaning.", max_tokens=64, temperature=0.0,
                                 extra_body={"ignore_eos": True})
             gen_rates.append(done.completion_tokens / (time.perf_counter() - began))
-    print(f"prompt processing: {statistics.median(prompt_rates):.0f} tokens/s (median of 3, {prompt_tokens}-token prompt)")
+    print(f"prompt processing: {statistics.median(prompt_rates):.0f} tokens/s "
+          f"(median of 3, {prompt_tokens}-token prompt)")
     print(f"generation: {statistics.median(gen_rates):.1f} tokens/s (median of 3, 64 tokens)")
 
 

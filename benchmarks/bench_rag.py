@@ -2,8 +2,9 @@
 
 A loopback server in its own process answers every request after DELAY seconds in
 MaxKB's (OpenAI-compatible) shape. A grid of N cells at concurrency c cannot finish
-faster than N x DELAY / c; N is chosen so that this bound is SECONDS at c = 8 and 32. The script reports the measured time, the fraction of that
-bound's throughput reached (goal at c = 32: at least 90%), and the requests a second,
+faster than N x DELAY / c; N is chosen so that this bound is SECONDS at c = 8 and 32.
+The script reports the measured time, the fraction of that bound's throughput reached
+(goal at c = 32: at least 90%), and the requests a second,
 resumed run of the same grid makes (goal: 0).
 
 Usage: python benchmarks/bench_rag.py [--delay 0.25] [--seconds 10] [--repeat 3]
@@ -47,7 +48,8 @@ def requests_made(root: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--delay", type=float, default=0.25)
-    parser.add_argument("--seconds", type=float, default=10.0, help="the bound at c = 8 and 32 (cells = seconds x c / delay)")
+    parser.add_argument("--seconds", type=float, default=10.0,
+                        help="the bound at c = 8 and 32 (cells = seconds x c / delay)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per concurrency; the median is reported")
     args = parser.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "

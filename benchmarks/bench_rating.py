@@ -99,7 +99,8 @@ def main() -> None:
                 loads.append(time.perf_counter() - t)
             print(f"open 1,300 candidate files with near-duplicate groups, {label} KB terms: "
                   f"median {statistics.median(loads) * 1000:.0f} ms over 3 "
-                  f"({(cur.candidates.dup_size > 1).sum()} candidates in {cur.candidates.query('dup_size > 1').dup_group.nunique()} groups)")
+                  f"({(cur.candidates.dup_size > 1).sum()} candidates in "
+                  f"{cur.candidates.query('dup_size > 1').dup_group.nunique()} groups)")
         t = time.perf_counter()
         view = QACurator(cur, export_to=Path(tmp) / "export")
         print(f"open the curator widget over 1,300 candidates: {(time.perf_counter() - t) * 1000:.0f} ms")

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from .errors import FabnbError
 
 #: File suffixes :func:`load_corpus` reads.
@@ -506,7 +507,7 @@ class CorpusSession:
         return f"CorpusSession({self.chunks['doc_id'].nunique()} documents, {len(self.chunks)} chunks)"
 
     def documents(self) -> pd.DataFrame:
-        """doc_id, n_chunks, n_tokens, mean technical_density, mean flesch_reading_ease, high/medium/low chunk counts."""
+        """doc_id, n_chunks, n_tokens, mean technical_density, mean flesch_reading_ease, high/medium/low counts."""
         g = self.stats.groupby("doc_id", sort=False)
         out = pd.DataFrame({"n_chunks": g.size(), "n_tokens": g["n_tokens"].sum(),
                             "technical_density": g["technical_density"].mean(),

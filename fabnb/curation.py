@@ -113,6 +113,8 @@ class CurationSession:
 
     Examples
     --------
+    Skipped in the doctest run: it reads the FAB-Bench release (a download on first use).
+
     >>> import tempfile
     >>> from fabnb.datasets import load_fab_bench
     >>> s = CurationSession(load_fab_bench(), tempfile.mkdtemp(), "me")  # doctest: +SKIP

@@ -442,6 +442,8 @@ def load_fab_bench(path: str | Path | None = None, verify: bool = True) -> QASet
 
     Examples
     --------
+    Skipped in the doctest run: the first call downloads the release.
+
     >>> qa = load_fab_bench()                      # doctest: +SKIP
     >>> qa_frame(qa).test_type.value_counts().to_dict()  # doctest: +SKIP
     {'multi_hop': 90, 'robustness': 59, 'generation_quality': 51}

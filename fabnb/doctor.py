@@ -6,9 +6,11 @@ cannot answer. No key is ever printed: an endpoint is shown by its URL and model
 
 Examples
 --------
->>> table = check(model=False, endpoint=False)      # doctest: +SKIP
->>> list(table.columns)                              # doctest: +SKIP
+>>> table = check(model=False, endpoint=False)
+>>> list(table.columns)
 ['area', 'check', 'status', 'detail', 'fix']
+>>> set(table["status"]) <= set(STATUSES)
+True
 """
 
 from __future__ import annotations
@@ -102,8 +104,8 @@ def _check_model(rows: list, start: bool) -> bool | None:
         return False
     finally:
         server.stop()
-    _row(rows, "embedded model", "starts and answers", "ok", f"a 2-token completion, {time.perf_counter() - began:.1f} s "
-         "including the start")
+    _row(rows, "embedded model", "starts and answers", "ok",
+         f"a 2-token completion, {time.perf_counter() - began:.1f} s including the start")
     return True
 
 
@@ -158,7 +160,14 @@ def _check_endpoint(rows: list, llm) -> bool:
 
 
 def _check_rest(rows: list) -> None:
-    from .datasets import DatasetError, FAB_BENCH_COMMIT, FAB_BENCH_REPOSITORY, cache_dir, fab_bench_dir, verify_fab_bench
+    from .datasets import (
+        FAB_BENCH_COMMIT,
+        FAB_BENCH_REPOSITORY,
+        DatasetError,
+        cache_dir,
+        fab_bench_dir,
+        verify_fab_bench,
+    )
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     _row(rows, "browser test", "chromium", "ok" if chromium else "missing", chromium or "not found",

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -431,8 +431,8 @@ ABLATION_GROUPS = {
 }
 
 ATTEMPT_COLUMNS = ["context_id", "attempt", "precision_level", "temperature", "top_p", "threshold", "question_format",
-                   "subtype", "outcome", "failure", "cause", "message", "max_weighted", "max_semantic", "cached", "latency_s",
-                   "raw"]
+                   "subtype", "outcome", "failure", "cause", "message", "max_weighted", "max_semantic", "cached",
+                   "latency_s", "raw"]
 
 
 @dataclass

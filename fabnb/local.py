@@ -14,6 +14,8 @@ returns logprobs (llama-cpp-python returns them only then).
 
 Examples
 --------
+Skipped in the doctest run: it starts a server (the model tests do).
+
 >>> with LocalServer() as server:                      # doctest: +SKIP
 ...     llm = server.llm()
 ...     llm.complete("Say OK.", max_tokens=4).text
@@ -288,8 +290,9 @@ class LocalServer:
                                    f"\n{self._log_tail()}", "server") from None
                 time.sleep(0.25)
         try:
-            probe = LLM(MODEL_ALIAS, self.base_url, cache=False, max_retries=0, timeout=min(120.0, self.startup_timeout),
-                        schema_style="llama.cpp", server_check=lambda: self.death("on its first completion"))
+            probe = LLM(MODEL_ALIAS, self.base_url, cache=False, max_retries=0,
+                        timeout=min(120.0, self.startup_timeout), schema_style="llama.cpp",
+                        server_check=lambda: self.death("on its first completion"))
             probe.complete("Say OK.", max_tokens=2, temperature=0.0)
         except LLMError:
             self.stop()

@@ -25,9 +25,9 @@ import numpy as np
 import pandas as pd
 
 from .errors import FabnbError
-from .stats import icc, krippendorff_alpha, weighted_kappa  # noqa: F401 - re-exported: fabnb.rating.icc, ...
 from .records import append_jsonl
 from .records import read_jsonl as _read_records
+from .stats import icc, krippendorff_alpha, weighted_kappa  # noqa: F401 - re-exported: fabnb.rating.icc, ...
 
 #: Appendix D's four dimensions and their one-line definitions (1-5 scale).
 DIMENSIONS: dict[str, str] = {

@@ -74,7 +74,7 @@ def read_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> tuple[list[d
 
 
 class ResultsStore:
-    """Records in one append-only JSONL file, one cell per key (for RAG answers: system, model, context, mode, question).
+    """Records in one append-only JSONL file, one cell per key (RAG answers: system, model, context, mode, question).
 
     Every answer and every failure is appended (and fsynced) as it arrives. Reading
     keeps the latest record per cell; a line cut off by a crash is reported and skipped.

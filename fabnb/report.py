@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import __version__
+from . import __version__, published
 from . import analysis as A
-from . import published
-from .schema import METRIC_LABELS, METRICS
+from .schema import METRIC_LABELS
 
 
 @dataclass
@@ -232,7 +231,8 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
                            "status", "reason"]], "Log-curve fits: score = intercept + slope x ln(context_k), 95% CI")
     report.table(labels[["model", "label", "rule", "start_fraction", "final_drop_pct", "log_r2", "logistic_r2",
                          "s_curve_preferred"]], "Scaling behaviour by the rule of analysis.classify_scaling")
-    report.table(points.drop(columns=["metric", "fraction"]), "Operating points (90% of peak; half-way = critical mass)")
+    report.table(points.drop(columns=["metric", "fraction"]),
+                 "Operating points (90% of peak; half-way = critical mass)")
 
     # ---- crossovers and routing (Section 8.2)
     report.heading("Crossovers and routing (Section 8.2)")
@@ -266,7 +266,8 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
         deltas = A.dilution(main, d0, d1)
         _save_table(deltas, tabs, f"dilution_{d0:g}k_{d1:g}k")
         _save_figure(plots.plot_deltas(deltas, models=primary[::-1]), figs, "fig6_deltas_score")
-        _save_figure(plots.plot_deltas(deltas, value="relative_pct", models=primary[::-1]), figs, "fig6_deltas_relative")
+        _save_figure(plots.plot_deltas(deltas, value="relative_pct", models=primary[::-1]), figs,
+                     "fig6_deltas_relative")
         report.figure("fig6_deltas_score", f"Metric change {d0:g}K → {d1:g}K in score units (Figure 6).")
         report.figure("fig6_deltas_relative", "The same as relative change (%), as Section 5.4's text reports it.")
         report.table(deltas.drop(columns=["from_k", "to_k"]),
@@ -298,7 +299,8 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
 
     if is_paper:
         radar = A.metric_profile(main, 18)
-        _save_figure(plots.plot_radar(radar, title="Six-metric profiles at 18K (model averages)"), figs, "fig8_radar_18k")
+        _save_figure(plots.plot_radar(radar, title="Six-metric profiles at 18K (model averages)"), figs,
+                     "fig8_radar_18k")
         report.figure("fig8_radar_18k", "Radar of the primary models' average profiles at 18K. Figure 8 plots the "
                       "single case MULTI_069 at 18K, whose six scores no table publishes (Table 6 gives only "
                       "Factuality), so this radar shows the models' averages at the same context instead.")

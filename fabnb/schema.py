@@ -78,6 +78,6 @@ RESULT_COLUMNS: list[str] = [*RESULT_KEYS, "output_tokens", "status", "cause", "
 #: and the replicate. Not :data:`SCORE_KEYS`, which are the optional key columns of a score frame.
 SCORE_RECORD_KEYS: tuple[str, ...] = ("system", "model", "context_k", "mode", "test_id", "metric", "replicate")
 #: The columns of a score store's frame, in order.
-SCORE_RECORD_COLUMNS: list[str] = [*SCORE_RECORD_KEYS, "status", "score", "raw_score", "weighted_score", "scoring", "scoring_note",
-                            "reason", "variant", "context_basis", "judge_model", "rubric_version", "injection_flag",
-                            "truncated", "cause", "error", "ts"]
+SCORE_RECORD_COLUMNS: list[str] = [*SCORE_RECORD_KEYS, "status", "score", "raw_score", "weighted_score", "scoring",
+                                   "scoring_note", "reason", "variant", "context_basis", "judge_model",
+                                   "rubric_version", "injection_flag", "truncated", "cause", "error", "ts"]

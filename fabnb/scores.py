@@ -73,10 +73,10 @@ def check_scores(
     >>> import pandas as pd
     >>> from fabnb.scores import check_scores
     >>> df = pd.DataFrame({"model": ["m"], "context_k": [4], "metric": ["depth"], "score": ["x"]})
-    >>> check_scores(df, require_all_metrics=False)
+    >>> check_scores(df, require_all_metrics=False)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    fabnb.scores.ScoreError: score frame, row 0, column 'score': 'x' is not a number. Scores are normalized to [0, 1]; fix or remove this row.
+    fabnb.scores.ScoreError: score frame, row 0, column 'score': 'x' is not a number. Scores are ...
     """
     missing = [c for c in SCORE_REQUIRED if c not in scores.columns]
     if missing:
@@ -103,7 +103,8 @@ def check_scores(
             value = df.at[i, column]
             if isinstance(value, str) and not value.strip():
                 continue
-            hint = "Scores are normalized to [0, 1]" if column == "score" else "Contexts are in K tokens (e.g. 4, 32, 128)"
+            hint = ("Scores are normalized to [0, 1]" if column == "score" else
+                    "Contexts are in K tokens (e.g. 4, 32, 128)")
             raise ScoreError(
                 f"{_where(source, i, from_file)}, column {column!r}: {value!r} is not a number. "
                 f"{hint}; fix or remove this row."

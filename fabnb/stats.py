@@ -261,8 +261,8 @@ def bootstrap_rate_diff(frame: pd.DataFrame, a: str, b: str, cluster: str = "doc
     dict
         diff (rate_a - rate_b), ci_low, ci_high, n_clusters.
     """
-    long = pd.concat([pd.DataFrame({cluster: frame[cluster].to_numpy(), "_side": side,
-                                    "_failed": frame[col].astype(bool).to_numpy()}) for side, col in (("a", a), ("b", b))],
-                     ignore_index=True)
+    sides = [pd.DataFrame({cluster: frame[cluster].to_numpy(), "_side": side,
+                           "_failed": frame[col].astype(bool).to_numpy()}) for side, col in (("a", a), ("b", b))]
+    long = pd.concat(sides, ignore_index=True)
     r = bootstrap_group_diff(long, "_side", "a", "b", value="_failed", cluster=cluster, n_boot=n_boot, seed=seed, ci=ci)
     return {k: r[k] for k in ("diff", "ci_low", "ci_high", "n_clusters")}

@@ -112,8 +112,14 @@ def generate_tests(chunks: pd.DataFrame, llm, n_per_generator: int = 1, *, vecto
         corpus) and ``rejected`` (generator, source_chunk, reason; with source_doc).
     """
     from .passages import CoverageTracker
-    from .testcases import (TestSuite, complex_passage_tests, coverage_tests, fair_baseline_tests,
-                            negative_rejection_tests, random_tests)
+    from .testcases import (
+        TestSuite,
+        complex_passage_tests,
+        coverage_tests,
+        fair_baseline_tests,
+        negative_rejection_tests,
+        random_tests,
+    )
     from .vectors import vectorize
 
     vectors = vectors if vectors is not None else vectorize(chunks)
@@ -584,7 +590,8 @@ def run_study(chunks: pd.DataFrame, llms: dict, folder: str | Path, *, origins: 
 
     verdicts = oracle_results(results, suite.tests, oracle, evidence=evidence,
                               store=verdict_store(folder / "verdicts.jsonl"))
-    excluded += [{"stage": "verdict", "item": f"{r['system']} / {r['test_id']}", "reason": f"{r['cause']}: {r['reason']}"}
+    excluded += [{"stage": "verdict", "item": f"{r['system']} / {r['test_id']}",
+                  "reason": f"{r['cause']}: {r['reason']}"}
                  for r in verdicts[verdicts["status"] != "ok"].to_dict("records")]
     cfg = grid.set_index("configuration")
     source = suite.tests.set_index("test_id")["source_doc"]

@@ -41,6 +41,7 @@ from importlib import resources
 from pathlib import Path
 
 import pandas as pd
+
 from .errors import FabnbError
 
 #: Eq. 1's high-weight categories in the default knowledge base.

@@ -80,6 +80,8 @@ class RatingPanel(_View):
 
     Examples
     --------
+    Skipped in the doctest run: a widget needs a kernel and a front end to show.
+
     >>> panel = RatingPanel(session)                                   # doctest: +SKIP
     >>> panel.handle({"action": "rate", "dimension": "accuracy", "value": 4})  # doctest: +SKIP
     """

@@ -13,10 +13,6 @@ import os
 import signal
 import sys
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--port", type=int, required=True)
-parser.add_argument("--host", default="127.0.0.1")
-args, _ = parser.parse_known_args()
 die = os.environ.get("FAKE_LLAMA_DIE", "sigill")
 after = int(os.environ.get("FAKE_LLAMA_DIE_AFTER", "1"))
 seen = 0
@@ -53,5 +49,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-print("fake llama server: listening", flush=True)
-http.server.HTTPServer((args.host, args.port), Handler).serve_forever()
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    args, _ = parser.parse_known_args()
+    print("fake llama server: listening", flush=True)
+    http.server.HTTPServer((args.host, args.port), Handler).serve_forever()

@@ -227,6 +227,7 @@ def test_dual_mode_delta_pairs_and_flags():
 def test_functions_do_not_mutate_input():
     df = six_metric_frame()
     before = df.copy()
-    A.fit_log_curves(df); A.operating_points(df); A.metric_correlations(df); A.dilution(df, 4, 32)
-    A.metric_profile(df, 4); A.classify_scaling(df); A.routing_table(df)
+    for call in (A.fit_log_curves, A.operating_points, A.metric_correlations, lambda d: A.dilution(d, 4, 32),
+                 lambda d: A.metric_profile(d, 4), A.classify_scaling, A.routing_table):
+        call(df)
     pd.testing.assert_frame_equal(df, before)

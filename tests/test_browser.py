@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
 from fabnb.rating import RatingStore
+
+from conftest import ROOT
 
 pytestmark = pytest.mark.browser
 

@@ -267,8 +267,8 @@ def test_fault_is_recorded_and_heals(stage, fault, tmp_path):
 
 def test_a_cached_failure_from_an_older_version_is_asked_again(tmp_path):
     """Entries written before validators existed (an empty answer was cached then) heal too."""
-    from fabnb.rag import RAGConfig, ReferenceRAG, ResultsStore, context_prompt, run_grid
     from fabnb.llm import request_key
+    from fabnb.rag import RAGConfig, ReferenceRAG, ResultsStore, context_prompt, run_grid
 
     chunks = pd.DataFrame({"chunk_id": ["c0"], "doc_id": ["d0"], "text": ["Dishing was 40 nm."]})
     questions = pd.DataFrame({"test_id": ["Q1"], "question": ["What was the dishing?"]})

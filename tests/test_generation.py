@@ -1,7 +1,6 @@
 """Adaptive generation: each equation pinned by hand, prompts, validation, Algorithm 1, resume."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -18,7 +17,6 @@ from fabnb.terms import KnowledgeBase
 from conftest import ROOT
 from gen_helpers import qa_reply, small_contexts
 from stub_openai import StubServer
-
 
 # --------------------------------------------------------------- equations
 
@@ -114,7 +112,8 @@ def test_prompt_modules():
     assert "scored mainly on completeness" in text and "DIVERSITY FOCUS: Previous 3" in text
     plain = G.build_prompt("First part.", "multi_hop", plan, enhanced=False, similarity_failures=3)[1]["content"]
     assert "DIVERSITY" not in plain and "scored mainly" not in plain and "[Fill]" in plain
-    two = G.build_prompt("x", "robustness", G.FormatPlan("SUBJECTIVE", archetype=G.ARCHETYPES[0]), similarity_failures=2)
+    plan = G.FormatPlan("SUBJECTIVE", archetype=G.ARCHETYPES[0])
+    two = G.build_prompt("x", "robustness", plan, similarity_failures=2)
     assert "DIVERSITY" not in two[1]["content"]  # only when s > 2
 
 

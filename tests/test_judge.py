@@ -8,10 +8,28 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fabnb.judge import (RUBRICS, JudgeError, bootstrap_rate_diff, injection_flags, is_refusal, judge_expert_agreement,
-                         judge_results, mcnemar_paired, oracle_precision, oracle_rule, oracle_verdict, ppi_mean,
-                         reference_check, reference_scores, replicate_spread, rubric_frame, score_one, score_store,
-                         to_score_frame, weighted_score)
+from fabnb.judge import (
+    RUBRICS,
+    JudgeError,
+    bootstrap_rate_diff,
+    injection_flags,
+    is_refusal,
+    judge_expert_agreement,
+    judge_results,
+    mcnemar_paired,
+    oracle_precision,
+    oracle_rule,
+    oracle_verdict,
+    ppi_mean,
+    reference_check,
+    reference_scores,
+    replicate_spread,
+    rubric_frame,
+    score_one,
+    score_store,
+    to_score_frame,
+    weighted_score,
+)
 from fabnb.llm import LLM
 from fabnb.schema import METRICS
 
@@ -299,7 +317,8 @@ def test_judging_on_the_embedded_model_records_both_scoring_modes(tmp_path, fab_
 def test_oracle_results_separate_retrieval_misses_and_count_failures():
     from fabnb.judge import failure_table, oracle_results, tests_as_questions
 
-    tests = pd.DataFrame({"test_id": ["t1", "t2", "t3", "t4"], "generator": ["random", "random", "coverage", "coverage"],
+    tests = pd.DataFrame({"test_id": ["t1", "t2", "t3", "t4"],
+                          "generator": ["random", "random", "coverage", "coverage"],
                           "kind": ["positive", "positive", "positive", "negative"],
                           "question": ["q1", "q2", "q3", "q4"], "expected_answer": ["a1", "a2", "a3", "Insufficient"],
                           "keywords": [("k",)] * 4, "source_chunk": "c", "source_doc": ["d1", "d2", "d3", ""],

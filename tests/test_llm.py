@@ -37,7 +37,8 @@ def test_key_covers_base_url_model_messages_and_every_parameter():
     assert base != request_key("http://a/v1", "n", [{"role": "user", "content": "x"}], {"temperature": 0.5})
     assert base != request_key("http://a/v1", "m", [{"role": "user", "content": "y"}], {"temperature": 0.5})
     assert base != request_key("http://a/v1", "m", [{"role": "user", "content": "x"}], {"temperature": 0.5, "seed": 1})
-    assert base == request_key("http://a/v1/", "m", [{"role": "user", "content": "x"}], {"temperature": 0.5, "stop": None})
+    same = request_key("http://a/v1/", "m", [{"role": "user", "content": "x"}], {"temperature": 0.5, "stop": None})
+    assert base == same
 
 
 def test_retries_on_429_and_5xx_then_succeeds(cache):
@@ -115,7 +116,8 @@ def test_map_error_policy(cache):
 def test_logprobs_and_cost_pass_through(cache):
     lp = [{"token": "7", "logprob": -0.1, "top_logprobs": [{"token": "7", "logprob": -0.1},
                                                           {"token": "8", "logprob": -2.4}]}]
-    with StubServer(lambda r, n: (200, completion("7", logprobs=lp, prompt_tokens=1000, completion_tokens=500), {})) as s:
+    reply = completion("7", logprobs=lp, prompt_tokens=1000, completion_tokens=500)
+    with StubServer(lambda r, n: (200, reply, {})) as s:
         llm = LLM("m", s.base_url, cache=cache, prices={"prompt": 2.0, "completion": 8.0})
         done = llm.complete("score?", logprobs=True, top_logprobs=2)
         assert s.requests[0]["logprobs"] is True and s.requests[0]["top_logprobs"] == 2
@@ -164,7 +166,8 @@ def test_schema_travels_in_the_servers_dialect():
         LLM("m", s.base_url, cache=False).complete("x", response_format={"type": "json_object", "schema": schema})
         LLM("m", s.base_url, cache=False, schema_style="llama.cpp").complete(
             "x", response_format={"type": "json_object", "schema": schema})
-    assert s.requests[0]["response_format"] == {"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
+    openai_style = {"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
+    assert s.requests[0]["response_format"] == openai_style
     assert s.requests[1]["response_format"] == {"type": "json_object", "schema": schema}
     with pytest.raises(ValueError, match="schema_style"):
         LLM("m", "http://127.0.0.1:9/v1", cache=False, schema_style="anthropic")

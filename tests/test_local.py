@@ -14,9 +14,9 @@ from fabnb.generation import GenerationConfig, generate_qa, quoted_share
 from fabnb.llm import LLMError, ResponseCache
 from fabnb.local import PORTABLE_INSTALL, LocalServer, build_report
 
-FAKE = [sys.executable, str(Path(__file__).with_name("fake_llama_server.py"))]
-
 from gen_helpers import small_contexts
+
+FAKE = [sys.executable, str(Path(__file__).with_name("fake_llama_server.py"))]
 
 
 @pytest.fixture

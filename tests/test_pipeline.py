@@ -1,4 +1,7 @@
-"""The whole chain on the embedded model and a tiny corpus: corpus -> contexts -> QA -> RAG answers -> scores -> figures."""
+"""The whole chain on the embedded model and a tiny corpus.
+
+corpus -> contexts -> QA -> RAG answers -> scores -> figures.
+"""
 
 import matplotlib
 import pytest

@@ -86,5 +86,6 @@ def test_failures_stack_types_and_show_intervals():
     fig, ax = plt.subplots()
     assert plots.plot_failures(table, ax=ax) is ax
     widths = [[p.get_width() for p in c] for c in ax.containers if hasattr(c, "patches")][:3]
-    assert sum(widths, []) == pytest.approx([0.2, 0.25, 0.2, 0.0, 0.1, 0.0])  # shares of tests, per failure type; no row for "empty"
+    # shares of tests, per failure type; no row for "empty"
+    assert sum(widths, []) == pytest.approx([0.2, 0.25, 0.2, 0.0, 0.1, 0.0])
     assert [t.get_text() for t in ax.get_yticklabels()] == ["a x bm25 (n=10)", "a x tfidf (n=4)"]

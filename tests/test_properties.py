@@ -152,8 +152,8 @@ def _verdicts(counts, rng):
                          "source_doc": f"d{j % 3}", "status": "ok", "failed": j < k,
                          "failure_type": ("answer failure" if rng.random() < 0.5 else "retrieval miss")
                          if j < k else ""})
-    return pd.DataFrame(rows, columns=["configuration", "system", "generator", "test_id", "source_doc", "status", "failed",
-                                       "failure_type"])
+    return pd.DataFrame(rows, columns=["configuration", "system", "generator", "test_id", "source_doc", "status",
+                                       "failed", "failure_type"])
 
 
 @CHEAP

@@ -14,10 +14,30 @@ import pandas as pd
 import pytest
 
 from fabnb.llm import LLM
-from fabnb.rag import (ANYTHINGLLM_DEFAULTS, AnythingLLM, BM25Retriever, HTTPAdapter, HybridRetriever, MaxKB, Metaso,
-                       RAGConfig, RAGError, RAGFlow, RAGSystem, ReferenceRAG, ResultsStore, TfidfRetriever,
-                       detect_context_use, mode_pairs, output_tokens, questions_frame, retrieval_table, run_grid,
-                       select_context, sweep)
+from fabnb.rag import (
+    ANYTHINGLLM_DEFAULTS,
+    AnythingLLM,
+    BM25Retriever,
+    HTTPAdapter,
+    HybridRetriever,
+    MaxKB,
+    Metaso,
+    RAGConfig,
+    RAGError,
+    RAGFlow,
+    RAGSystem,
+    ReferenceRAG,
+    ResultsStore,
+    TfidfRetriever,
+    detect_context_use,
+    mode_pairs,
+    output_tokens,
+    questions_frame,
+    retrieval_table,
+    run_grid,
+    select_context,
+    sweep,
+)
 
 from stub_openai import StubServer, completion
 
@@ -212,7 +232,8 @@ def test_generic_http_adapter_template_and_paths():
         assert server.requests[-1] == {"query": "hi?", "opts": {"k": 3, "label": "ctx 8K"}}
         assert answer.answer == "ok: hi?" and answer.sources[0]["id"] == "7"
         b = a.ask("hi?", RAGConfig(8), gold_context="THE GOLD")
-        assert server.requests[-1]["query"].startswith("Use only this context") and "THE GOLD" in server.requests[-1]["query"]
+        query = server.requests[-1]["query"]
+        assert query.startswith("Use only this context") and "THE GOLD" in query
         assert b.context_tokens > 0
 
 
@@ -326,7 +347,8 @@ def test_a_killed_grid_resumes_without_asking_a_finished_cell_again(tmp_path):
         stored = ResultsStore(path).frame()
         assert 10 <= len(stored) < 40, "the run was not killed mid-way"
         before = len(server.requests)
-        qs = pd.DataFrame({"test_id": [f"Q{i:02d}" for i in range(40)], "question": [f"question {i}?" for i in range(40)]})
+        qs = pd.DataFrame({"test_id": [f"Q{i:02d}" for i in range(40)],
+                           "question": [f"question {i}?" for i in range(40)]})
         run = run_grid(MaxKB(server.root), qs, [4], ResultsStore(path), concurrency=2, progress=False)
     assert run.skipped == len(stored) and run.asked == 40 - len(stored)
     assert len(server.requests) - before == 40 - len(stored)  # no finished cell asked again

@@ -1,6 +1,5 @@
 """The rating store loses nothing; sessions; agreement statistics against known values."""
 
-import json
 import subprocess
 import sys
 import textwrap
@@ -9,8 +8,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fabnb.rating import (DIMENSIONS, RatingError, RatingSession, RatingStore, agreement, icc, krippendorff_alpha,
-                          quality_table, rating_matrix, weighted_kappa)
+from fabnb.rating import (
+    DIMENSIONS,
+    RatingError,
+    RatingSession,
+    RatingStore,
+    agreement,
+    icc,
+    krippendorff_alpha,
+    quality_table,
+    rating_matrix,
+    weighted_kappa,
+)
 
 FULL = {"accuracy": 5, "relevance": 4, "difficulty": 3, "diversity": 2}
 
@@ -58,7 +67,8 @@ WRITER = textwrap.dedent("""
 def test_two_raters_at_once_and_a_killed_writer(tmp_path):
     script = tmp_path / "w.py"
     script.write_text(WRITER)
-    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path / "s"), name, "200"]) for name in ("ana", "ben")]
+    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path / "s"), name, "200"])
+             for name in ("ana", "ben")]
     assert [p.wait(60) for p in procs] == [0, 0]
     store = RatingStore(tmp_path / "s")
     counts = store.ratings().groupby("rater").item_id.nunique().to_dict()
@@ -92,7 +102,8 @@ def test_session_order_blind_mode_and_resume(tmp_path):
                           "generation_metadata": [{"temperature_used": 0.5}] * 6})
     store = RatingStore(tmp_path)
     s1 = RatingSession(items, "ana", store, seed=7)
-    assert s1.order == RatingSession(items, "ana", store, seed=7).order != RatingSession(items, "ana", store, seed=8).order
+    again, other = RatingSession(items, "ana", store, seed=7), RatingSession(items, "ana", store, seed=8)
+    assert s1.order == again.order != other.order
     view = s1.view("Q0")
     assert "generation_metadata" not in view and "group" not in view and view["question"] == "q"
     assert "group" in RatingSession(items, "ana", store, blind=False).view("Q0")
@@ -137,6 +148,7 @@ def test_agreement_and_quality_tables(tmp_path):
     assert set(table.statistic) == {"alpha_ordinal", "ICC2", "kappa_quadratic"}
     items = pd.DataFrame({"item_id": [f"Q{i}" for i in range(30)], "test_type": ["robustness", "multi_hop"] * 15})
     q = quality_table(store.ratings(), items, "test_type").set_index("test_type")
-    expected = store.ratings().merge(items, on="item_id").query("dimension == 'accuracy' and test_type == 'robustness'").score.mean()
+    merged = store.ratings().merge(items, on="item_id")
+    expected = merged.query("dimension == 'accuracy' and test_type == 'robustness'").score.mean()
     assert q.loc["robustness", "accuracy"] == pytest.approx(expected) and q.loc["robustness", "n_items"] == 15
     assert rating_matrix(store.ratings(), "accuracy").shape == (2, 30)

@@ -4,7 +4,7 @@ import pytest
 from fabnb.schema import METRICS
 from fabnb.scores import ScoreError, check_scores, read_scores, require_models, sweep, with_average
 
-from conftest import long_frame, six_metric_frame
+from conftest import long_frame
 
 
 def test_clean_frame_gets_float_dtypes_and_is_a_copy(six):

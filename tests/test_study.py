@@ -12,9 +12,19 @@ from fabnb.corpus import chunk_corpus, corpus_from_frame
 from fabnb.judge import bootstrap_group_diff
 from fabnb.llm import LLM
 from fabnb.rating import RatingSession, RatingStore
-from fabnb.study import (TABLES, StudyError, baseline_comparison, build_configurations,
-                         combine_corpora, configuration_pairs, label_precision, run_study, strongest_configuration,
-                         verdict_items, yield_table)
+from fabnb.study import (
+    TABLES,
+    StudyError,
+    baseline_comparison,
+    build_configurations,
+    combine_corpora,
+    configuration_pairs,
+    label_precision,
+    run_study,
+    strongest_configuration,
+    verdict_items,
+    yield_table,
+)
 from fabnb.widgets import RatingPanel
 
 from stub_openai import StubServer, completion

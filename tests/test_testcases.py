@@ -3,13 +3,19 @@
 import json
 import re
 
-import pandas as pd
 import pytest
 
 from fabnb.llm import LLM
 from fabnb.passages import CoverageTracker, rank_by_complexity
-from fabnb.testcases import (REFUSAL, absence_share, complex_passage_tests, coverage_tests, fair_baseline_tests,
-                             negative_rejection_tests, random_tests)
+from fabnb.testcases import (
+    REFUSAL,
+    absence_share,
+    complex_passage_tests,
+    coverage_tests,
+    fair_baseline_tests,
+    negative_rejection_tests,
+    random_tests,
+)
 
 from stub_openai import StubServer, completion
 
@@ -20,7 +26,8 @@ def writer(request, n):
     passage = prompt.split("PASSAGE:\n", 1)[1].rsplit("\n\nJSON:", 1)[0]
     if "does not give" in prompt:
         detail = "zorblax ferronium coefficient" if n % 2 else passage.split()[2] + " " + passage.split()[3]
-        return 200, completion(json.dumps({"question": f"What is the {detail} in case {n}?", "missing_detail": detail})), {}
+        body = {"question": f"What is the {detail} in case {n}?", "missing_detail": detail}
+        return 200, completion(json.dumps(body)), {}
     first = re.split(r"(?<=[.!?])\s", passage.strip())[0]
     return 200, completion(json.dumps({"evidence": first, "question": f"What does case {n} state about it?",
                                        "answer": first, "keywords": first.split()[:2]})), {}

@@ -182,3 +182,14 @@ def test_rating_panel_shows_a_bad_goto_as_an_error(items, tmp_path):
     assert panel.error
     panel.handle("not a dict")
     assert "unknown action" in panel.error
+
+
+@pytest.mark.parametrize("name", ["rating.js", "curation.js", "corpus.js"])
+def test_front_end_cleanup_removes_every_listener(name):
+    """Each model.on(...) in render has its model.off(...) in the cleanup that render returns."""
+    js = (WIDGETS / name).read_text()
+    ons = re.findall(r"model\.on\(([^,]+),\s*(\w+)\)", js)
+    offs = re.findall(r"model\.off\(([^,]+),\s*(\w+)\)", js)
+    assert ons and sorted(ons) == sorted(offs), (ons, offs)
+    cleanup = js[js.rindex("return () =>"):]
+    assert all(f"model.off({event}, {handler})" in cleanup for event, handler in offs)

@@ -94,9 +94,14 @@ function render({ model, el }) {
     else handled = false;
     if (handled) { e.preventDefault(); e.stopPropagation(); }
   });
-  for (const name of ["documents", "doc_id", "chunks", "chunk", "results", "query", "error"]) model.on(`change:${name}`, draw);
+  const names = ["documents", "doc_id", "chunks", "chunk", "results", "query", "error"];
+  for (const name of names) model.on(`change:${name}`, draw);
   draw();
-  return () => root.remove();
+  // Cleanup: the listeners go with the view, or a re-rendered cell keeps drawing into a removed node.
+  return () => {
+    for (const name of names) model.off(`change:${name}`, draw);
+    root.remove();
+  };
 }
 
 export default { render };

@@ -110,10 +110,15 @@ function render({ model, el }) {
       e.stopPropagation();
     }
   });
-  for (const name of ["item", "ids", "position", "progress", "saved", "error", "filters"]) model.on(`change:${name}`, draw);
+  const names = ["item", "ids", "position", "progress", "saved", "error", "filters"];
+  for (const name of names) model.on(`change:${name}`, draw);
   draw();
   root.focus();
-  return () => root.remove();
+  // Cleanup: the listeners go with the view, or a re-rendered cell keeps drawing into a removed node.
+  return () => {
+    for (const name of names) model.off(`change:${name}`, draw);
+    root.remove();
+  };
 }
 
 export default { render };

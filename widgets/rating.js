@@ -122,7 +122,7 @@ function render({ model, el }) {
     if (handled) { e.preventDefault(); e.stopPropagation(); }
   });
 
-  model.on("msg:custom", (msg) => {
+  const onMessage = (msg) => {
     if (msg && msg.kind === "download") {
       const url = URL.createObjectURL(new Blob([msg.content], { type: "text/csv" }));
       const a = h("a");
@@ -133,13 +133,18 @@ function render({ model, el }) {
       a.remove();
       setTimeout(() => URL.revokeObjectURL(url), 1000);
     }
-  });
-  for (const name of ["item", "scores", "comment", "position", "done", "saved", "error", "blind"]) {
-    model.on(`change:${name}`, draw);
-  }
+  };
+  model.on("msg:custom", onMessage);
+  const names = ["item", "scores", "comment", "position", "done", "saved", "error", "blind"];
+  for (const name of names) model.on(`change:${name}`, draw);
   draw();
   root.focus();
-  return () => root.remove();
+  // Cleanup: the listeners go with the view, or a re-rendered cell keeps drawing into a removed node.
+  return () => {
+    model.off("msg:custom", onMessage);
+    for (const name of names) model.off(`change:${name}`, draw);
+    root.remove();
+  };
 }
 
 export default { render };

@@ -339,6 +339,8 @@ def score_one(llm, metric: str, **kwargs) -> dict:
 
     Examples
     --------
+    Skipped in the doctest run: it calls a judge model.
+
     >>> score_one(llm, "depth", question="Why?", answer="Because ...")   # doctest: +SKIP
     """
     return llm.run(lambda: score_answer(llm, metric, **kwargs))
@@ -355,7 +357,8 @@ class JudgeRun:
     failures: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def __repr__(self) -> str:
-        return f"JudgeRun(scored={self.scored}, skipped={self.skipped}, failed={self.failed}, seconds={self.seconds:.1f})"
+        return (f"JudgeRun(scored={self.scored}, skipped={self.skipped}, failed={self.failed}, "
+                f"seconds={self.seconds:.1f})")
 
 
 def score_store(path: str | Path) -> ResultsStore:

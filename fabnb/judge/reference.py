@@ -75,7 +75,8 @@ def reference_check(question: str, answer: str, reference: str, rtol: float = 0.
 
     Examples
     --------
-    >>> reference_check("[Choice] Which ...? A) x B) y", "The answer is B.", "The correct answer is B. Reasoning: ...")["correct"]
+    >>> reference_check("[Choice] Which ...? A) x B) y", "The answer is B.",
+    ...                 "The correct answer is B. Reasoning: ...")["correct"]
     True
     >>> reference_check("[Calculation] ...", "About 4.7 V.", "The correct answer is 4.41 V. Reasoning: ...")["correct"]
     False
@@ -119,7 +120,8 @@ def reference_check(question: str, answer: str, reference: str, rtol: float = 0.
         value, unit = want[0]
         got = _numbers(text)
         hit = [g for g in got if _close(g[0], value, rtol) and (not unit or not g[1] or g[1] == unit)]
-        out["found"] = f"{hit[0][0]:g} {hit[0][1]}".strip() if hit else (f"{got[0][0]:g} {got[0][1]}".strip() if got else "")
+        best = hit[0] if hit else got[0] if got else None
+        out["found"] = f"{best[0]:g} {best[1]}".strip() if best else ""
         out["correct"] = bool(hit)
         out["share"] = float(bool(hit))
     else:  # Fill

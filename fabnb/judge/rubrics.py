@@ -167,7 +167,7 @@ def read_judgement(text: str) -> tuple[int | float, str]:
     >>> read_judgement('{"reason": "x", "score": 12}')
     Traceback (most recent call last):
     ...
-    fabnb.judge.JudgeError: the judge gave 12, outside 0-10.
+    fabnb.judge.rubrics.JudgeError: the judge gave 12, outside 0-10.
     """
     try:
         data = json.loads(text[text.find("{"):text.rfind("}") + 1])

@@ -216,9 +216,9 @@ class HTTPAdapter:
                        for i, s in enumerate(raw) if isinstance(s, dict)]
         usage = data.get("usage") if isinstance(data, dict) else None
         usage = usage if isinstance(usage, dict) else {}
+        signal = None if self.sources_exposed else detect_context_use(text, self._kb)["context_signal"]
         return Answer(text, sources, 0.0, int(usage.get("prompt_tokens") or 0),
-                      int(usage.get("completion_tokens") or 0),
-                      context_signal=None if self.sources_exposed else detect_context_use(text, self._kb)["context_signal"])
+                      int(usage.get("completion_tokens") or 0), context_signal=signal)
 
     def message(self, question: str, config: RAGConfig, gold_context: str | None) -> str:
         """The text sent as the user's message: the question, or in mode B the gold context and the question."""

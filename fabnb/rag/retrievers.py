@@ -179,6 +179,8 @@ def minilm_embedder(device: str = "cpu"):
 
     Examples
     --------
+    Skipped in the doctest run: it loads PyTorch and the model (the ``dense`` extra).
+
     >>> embed = minilm_embedder()                                    # doctest: +SKIP
     >>> embed(["EUV resist sensitivity"]).shape                      # doctest: +SKIP
     (1, 384)

@@ -91,6 +91,8 @@ class ReferenceRAG:
 
     Examples
     --------
+    Skipped in the doctest run: it starts the embedded model's server.
+
     >>> rag = ReferenceRAG(chunks, default_llm())                          # doctest: +SKIP
     >>> rag.ask("What limits EUV resist sensitivity?", RAGConfig(4, **ANYTHINGLLM_DEFAULTS))  # doctest: +SKIP
     """
