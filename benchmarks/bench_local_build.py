@@ -14,12 +14,11 @@ median of 3 runs on a fresh server with no cache.
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import time
 
 from fabnb.llm import LLM
-from fabnb.local import MODEL_ALIAS, LocalServer, build_report
+from fabnb.local import MODEL_ALIAS, LocalServer, build_report, cpu_name
 
 PROMPT = " ".join(["Plasma etching of silicon nitride uses fluorocarbon chemistry at low pressure."] * 80)
 
@@ -27,9 +26,7 @@ PROMPT = " ".join(["Plasma etching of silicon nitride uses fluorocarbon chemistr
 def main() -> None:
     report = build_report()
     kind = "portable" if report["portable"] else f"native ({report['native_instructions']} AVX-512/AMX instructions)"
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.machine())
-    print(f"machine: {cpu}, {os.cpu_count()} cores, "
+    print(f"machine: {cpu_name()}, {os.cpu_count()} cores, "
           f"llama-cpp-python {report['version']}, build: {kind}")
     prompt_rates, gen_rates, prompt_tokens = [], [], 0
     with LocalServer(n_ctx=2048) as server:

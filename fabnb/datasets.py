@@ -384,6 +384,8 @@ def download_fab_bench(target: Path | None = None, url: str | None = None, timeo
     url : str, optional
         The archive; default ``$FABNB_FAB_BENCH_URL`` or the repository's archive at the pinned commit.
 
+    Notes
+    -----
     The archive is extracted into a temporary folder inside the cache, verified,
     and only then moved into place, so an interrupted download leaves nothing half-made.
     """

@@ -60,12 +60,11 @@ def _check_python(rows: list) -> None:
 
 def _check_model(rows: list, start: bool) -> bool | None:
     """The embedded model's rows; returns whether it answered (None: not tried)."""
-    from .local import PORTABLE_INSTALL, LocalServer, build_report, model_path
+    from .local import PORTABLE_INSTALL, LocalServer, build_report, cpu_name, model_path
 
     build = build_report()
     avx2 = build["avx2"]
-    _row(rows, "embedded model", "CPU has AVX2", "ok" if avx2 else "fail",
-         platform.processor() or platform.machine(),
+    _row(rows, "embedded model", "CPU has AVX2", "ok" if avx2 else "fail", cpu_name(),
          "" if avx2 else "the portable build needs AVX2; on this CPU build llama.cpp with "
          'CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF -DGGML_BMI2=OFF" '
          "pip install --no-cache-dir --force-reinstall --no-deps 'llama-cpp-python[server]'")

@@ -522,6 +522,8 @@ class LLM:
         progress : bool or str
             Show a progress bar (a string is its label).
 
+        Notes
+        -----
         Works inside Jupyter: the batch runs on its own event loop in a worker thread.
         """
         if error_policy not in ("raise", "record"):

@@ -37,8 +37,8 @@ from pathlib import Path
 
 from .llm import LLM, LLMError
 
-__all__ = ["MODEL_ALIAS", "PORTABLE_INSTALL", "LocalServer", "build_report", "default_llm", "model_path", "serve",
-           "shared_server"]
+__all__ = ["MODEL_ALIAS", "PORTABLE_INSTALL", "LocalServer", "build_report", "cpu_flags", "cpu_name", "default_llm",
+           "describe_exit", "model_path", "serve", "shared_server"]
 
 MODEL_ALIAS = "gemma-3-270m-it-q4_k_m"
 
@@ -114,6 +114,19 @@ def cpu_flags() -> set[str]:
     except OSError:
         pass
     return set()
+
+
+def cpu_name() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` (the machine type where there is none)."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def build_report() -> dict:

@@ -95,6 +95,8 @@ class RAGConfig:
 def sweep(contexts=PAPER_CONTEXTS, **knobs) -> list[RAGConfig]:
     """One :class:`RAGConfig` per context size, the other knobs shared.
 
+    Examples
+    --------
     >>> [c.context_k for c in sweep((4, 8), **ANYTHINGLLM_DEFAULTS)]
     [4, 8]
     """
