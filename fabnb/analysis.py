@@ -19,6 +19,11 @@ import pandas as pd
 from .schema import AVERAGE, METRICS, SCORE_KEYS
 from .scores import ScoreError, require_models, sweep
 
+__all__ = ['check_averages', 'classify_scaling', 'compare_correlations', 'context_to_reach', 'crossovers', 'dilution',
+           'dual_mode_delta', 'fit_log_curves', 'fit_logistic_curves', 'framework_table', 'gain_rates',
+           'metric_correlations', 'metric_gaps', 'metric_profile', 'metric_slopes', 'operating_points',
+           'predict_log_curve', 'predict_logistic_curve', 'routing_table']
+
 # --------------------------------------------------------------------------- curves
 
 

@@ -31,6 +31,8 @@ from . import analysis as A
 from . import published
 from .schema import AVERAGE, METRIC_LABELS, METRICS
 
+__all__ = ['CLAIMS', 'Claim', 'Paper', 'SHORT', 'VERDICTS', 'check_claims']
+
 DS, QP, GM, QW = "DeepSeek-v3.2-Exp", "Qwen-Plus", "Gemini-2.5-Flash", "Qwen-2.5-72B-Instruct"
 SHORT = {DS: "DeepSeek", QP: "Qwen-Plus", GM: "Gemini", QW: "Qwen-2.5-72B"}
 

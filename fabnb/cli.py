@@ -18,6 +18,8 @@ import time
 
 from . import __version__
 
+__all__ = ['build_parser', 'main']
+
 
 def _reproduce(args: argparse.Namespace) -> int:
     from .report import reproduce

@@ -27,6 +27,10 @@ import pandas as pd
 
 from .errors import FabnbError
 
+__all__ = ['CHUNK_COLUMNS', 'Corpus', 'CorpusError', 'CorpusSession', 'CorpusWarning', 'DOCUMENT_COLUMNS', 'FORMATS',
+           'PAGE_COLUMNS', 'PROBLEM_COLUMNS', 'SECTION_COLUMNS', 'chunk_corpus', 'corpus_from_frame', 'load_corpus',
+           'tokenizer']
+
 #: File suffixes :func:`load_corpus` reads.
 FORMATS: dict[str, str] = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown",
                            ".pdf": "pdf", ".json": "json", ".jsonl": "jsonl"}

@@ -27,6 +27,9 @@ from .generation import ALPHA, word_tokens, write_pairs
 from .rating import RatingError, RatingStore
 from .schema import TEST_TYPES
 
+__all__ = ['CurationSession', 'DUPLICATE_THRESHOLD', 'EDITABLE', 'PAPER_TARGETS', 'STATUSES', 'duplicate_groups',
+           'similarity_matrix']
+
 #: FAB-Bench's released counts per test type.
 PAPER_TARGETS: dict[str, int] = {"robustness": 59, "multi_hop": 90, "generation_quality": 51}
 STATUSES = ("pending", "kept", "dropped")

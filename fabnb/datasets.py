@@ -32,6 +32,11 @@ import pandas as pd
 from .errors import FabnbError
 from .schema import METRICS, QUESTION_FORMATS, TEST_TYPES
 
+__all__ = ['DatasetError', 'FAB_BENCH_COMMIT', 'FAB_BENCH_REPOSITORY', 'GoldSource', 'MAX_ARCHIVE_BYTES',
+           'OBJECTIVE_PREFIXES', 'QAPair', 'QASet', 'QA_FRAME_COLUMNS', 'cache_dir', 'download_fab_bench',
+           'evidence_corpus', 'evidence_frame', 'extract_release', 'fab_bench_dir', 'load_fab_bench', 'parse_qa',
+           'qa_frame', 'read_qa_files', 'verify_fab_bench']
+
 #: The release commit whose files fabnb's manifest pins.
 FAB_BENCH_COMMIT = "43b212d6aef65010b48f1d01a36d850f6c885469"
 FAB_BENCH_REPOSITORY = "FuturefabAI/FAB-Bench"

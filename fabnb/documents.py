@@ -20,6 +20,9 @@ import pandas as pd
 
 from .generation import word_tokens
 
+__all__ = ['DETAIL_LEVELS', 'DocumentSpec', 'GeneratedDocuments', 'TONES', 'TOPIC_SHARE', 'document_prompt',
+           'render_pdf', 'topic_share', 'write_documents']
+
 DETAIL_LEVELS = ("overview", "technical", "expert")
 TONES = ("neutral", "formal", "tutorial")
 #: Share of the topic's content words an on-topic document must contain.

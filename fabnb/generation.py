@@ -37,6 +37,13 @@ import pandas as pd
 from .llm import LLM, LLMError, parse_json
 from .schema import TEST_TYPES
 
+__all__ = ['ABLATION_GROUPS', 'ALPHA', 'ARCHETYPES', 'ATTEMPT_COLUMNS', 'BASE_THRESHOLD', 'CATEGORY_ADJUSTMENT',
+           'FOLDERS', 'FormatPlan', 'GenerationConfig', 'GenerationRun', 'OBJECTIVE_SUBTYPES', 'QA_SCHEMA',
+           'QUOTE_SHARE', 'TEMPERATURE_RANGES', 'TEST_TYPE_MODULES', 'adaptive_temperature', 'attempt_boost',
+           'build_prompt', 'generate_qa', 'jaccard', 'nucleus_top_p', 'plan_format', 'progressive_temperature',
+           'qa_schema', 'quoted_share', 'run_ablation', 'similarity_boost', 'similarity_threshold', 'uniqueness',
+           'validate', 'weighted_similarity', 'word_tokens', 'write_pairs']
+
 # ----------------------------------------------------------------- equations
 
 #: Eq. 4: [tau_min, tau_max] by precision level.

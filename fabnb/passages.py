@@ -23,6 +23,9 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+__all__ = ['CoverageTracker', 'flesch_reading_ease', 'random_passages', 'rank_by_complexity', 'readability',
+           'syllables']
+
 _SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)|\n\s*\n")
 _WORDS = re.compile(r"[A-Za-z]+(?:['’-][A-Za-z]+)*|\d+(?:[.,]\d+)*")
 

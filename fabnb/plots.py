@@ -26,6 +26,9 @@ from .analysis import fit_log_curves, fit_logistic_curves, predict_log_curve, pr
 from .schema import AVERAGE, METRIC_LABELS, METRICS
 from .scores import sweep
 
+__all__ = ['plot_breakdown', 'plot_correlations', 'plot_deltas', 'plot_failures', 'plot_frameworks', 'plot_generation',
+           'plot_radar', 'plot_scaling']
+
 
 def _axes(ax, polar: bool = False, size=(7, 4.5)):
     import matplotlib.pyplot as plt

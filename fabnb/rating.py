@@ -29,6 +29,10 @@ from .records import append_jsonl
 from .records import read_jsonl as _read_records
 from .stats import icc, krippendorff_alpha, weighted_kappa  # noqa: F401 - re-exported: fabnb.rating.icc, ...
 
+__all__ = ['BLIND_FIELDS', 'DIMENSIONS', 'RATING_COLUMNS', 'RatingError', 'RatingSession', 'RatingStore', 'SCALE',
+           'SCHEMES', 'VERDICT_DIMENSIONS', 'agreement', 'icc', 'krippendorff_alpha', 'quality_table', 'rating_items',
+           'rating_matrix', 'read_jsonl', 'weighted_kappa']
+
 #: Appendix D's four dimensions and their one-line definitions (1-5 scale).
 DIMENSIONS: dict[str, str] = {
     "accuracy": "Factual correctness of the answer, checked against the context.",

@@ -19,6 +19,8 @@ import pandas as pd
 
 from .schema import RESULT_COLUMNS, RESULT_KEYS
 
+__all__ = ['ResultsStore', 'append_jsonl', 'read_jsonl']
+
 
 def append_jsonl(path: str | Path, record: dict) -> None:
     """Append one record as a line; it is on disk when this returns.

@@ -22,6 +22,8 @@ from . import __version__, published
 from . import analysis as A
 from .schema import METRIC_LABELS
 
+__all__ = ['Report', 'Reproduction', 'reproduce']
+
 
 @dataclass
 class Report:

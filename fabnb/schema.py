@@ -8,6 +8,10 @@ score frame is the tidy long format that both the paper's published tables
 
 from __future__ import annotations
 
+__all__ = ['ALL_METRICS', 'AVERAGE', 'METRICS', 'METRIC_LABELS', 'MODES', 'QA_FIELDS', 'QUESTION_FORMATS',
+           'RESULT_COLUMNS', 'RESULT_KEYS', 'SCORE_KEYS', 'SCORE_RECORD_COLUMNS', 'SCORE_RECORD_KEYS',
+           'SCORE_REQUIRED', 'TEST_TYPES']
+
 #: The six diagnostic metrics of FAB-Bench Section 3.4, in the paper's table order.
 METRICS: tuple[str, ...] = (
     "factuality",

@@ -25,6 +25,8 @@ import pandas as pd
 from .errors import FabnbError
 from .schema import ALL_METRICS, AVERAGE, METRICS, SCORE_KEYS, SCORE_REQUIRED
 
+__all__ = ['ScoreError', 'check_scores', 'read_scores', 'require_models', 'sweep', 'with_average']
+
 
 class ScoreError(FabnbError, ValueError):
     """A score frame or file that cannot be analysed as it is."""

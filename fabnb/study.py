@@ -40,6 +40,11 @@ import pandas as pd
 from .errors import FabnbError
 from .judge import bootstrap_group_diff
 
+__all__ = ['EMBEDDINGS', 'EXCLUSION_COLUMNS', 'GENERATORS', 'STRATEGIES', 'Study', 'StudyError', 'TABLES',
+           'baseline_comparison', 'build_configurations', 'combine_corpora', 'configuration_pairs', 'generate_tests',
+           'generator_llms', 'item_ids', 'label_precision', 'run_study', 'strongest_configuration', 'study_tables',
+           'verdict_items', 'yield_table']
+
 #: RAG-TESTER's test generators, as the ``generator`` column names them.
 GENERATORS = ("complex_passage", "negative_rejection", "coverage", "random", "fair_baseline")
 #: The generators with a strategy (the others are baselines).

@@ -25,6 +25,9 @@ import pandas as pd
 
 from .vectors import ChunkVectors, neighbours
 
+__all__ = ['CONTEXT_COLUMNS', 'Contexts', 'MEMBER_COLUMNS', 'REJECT_COLUMNS', 'STRATEGIES', 'THETA_LINK',
+           'TOPIC_SEPARATION', 'multi_hop', 'multi_topic', 'needle_in_haystack', 'synthesize', 'topic_clusters']
+
 #: theta_link of Section 3.2 / Appendix B.4.
 THETA_LINK = 0.1
 #: Cluster separation of the multi-topic strategy.

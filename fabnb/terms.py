@@ -44,6 +44,9 @@ import pandas as pd
 
 from .errors import FabnbError
 
+__all__ = ['HIGH_WEIGHT_CATEGORIES', 'Highlighted', 'KnowledgeBase', 'KnowledgeBaseError', 'PRECISION_LEVELS',
+           'TermAnalysis', 'precision_level']
+
 #: Eq. 1's high-weight categories in the default knowledge base.
 HIGH_WEIGHT_CATEGORIES: tuple[str, ...] = ("parameters", "processes")
 PRECISION_LEVELS: tuple[str, ...] = ("high", "medium", "low")

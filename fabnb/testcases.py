@@ -30,6 +30,10 @@ from .generation import QUOTE_SHARE, quoted_share, word_tokens
 from .llm import LLM, LLMError, parse_json
 from .passages import CoverageTracker, rank_by_complexity
 
+__all__ = ['ANSWER_SUPPORT', 'REFUSAL', 'REJECT_COLUMNS', 'TEST_COLUMNS', 'TestSuite', 'absence_share',
+           'answer_support', 'complex_passage_tests', 'coverage_tests', 'fair_baseline_tests',
+           'negative_rejection_tests', 'random_tests', 'write_positive_test']
+
 #: The expected answer of a negative-rejection test.
 REFUSAL = "Insufficient information to answer this question"
 

@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+__all__ = ['ChunkVectors', 'STOP_WORDS', 'TOKEN_PATTERN', 'neighbours', 'vectorize']
+
 STOP_WORDS = "english"
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 

@@ -25,6 +25,8 @@ import traitlets
 
 from .rating import RatingError
 
+__all__ = ['CorpusInspector', 'QACurator', 'RatingPanel']
+
 
 def _asset(name: str) -> str:
     # The wheel ships widgets/ as fabnb/_widgets; an editable install does not, so fall back to the source tree.

@@ -37,3 +37,26 @@ def test_main_job_command_runs(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "claims: 148 checked" in done.stdout
     assert (out / "report.html").exists()
+
+
+def test_every_module_is_on_the_maps():
+    """The lazy-module list, the README's stage table and docs/package.md name every module of the package."""
+    import pkgutil
+
+    import fabnb
+
+    modules = {m.name for m in pkgutil.iter_modules(fabnb.__path__) if not m.name.startswith("_")}
+    assert modules == set(fabnb._SUBMODULES), modules ^ set(fabnb._SUBMODULES)
+    package_doc = (ROOT / "docs" / "package.md").read_text()
+    table = README[README.index("## The package, by pipeline stage"):]
+    for name in modules:
+        assert f"`{name}" in table, f"{name} is missing from the README's table"
+        assert f"`fabnb.{name}" in package_doc, f"{name} is missing from docs/package.md"
+    for pkg in ("rag", "judge"):
+        sub = {m.name for m in pkgutil.iter_modules(getattr(fabnb, pkg).__path__)}
+        for name in sub:
+            assert f"`fabnb.{pkg}.{name}`" in package_doc and f"`{name}`" in table, (pkg, name)
+
+
+def test_readme_stays_a_landing_page():
+    assert len(README.encode()) < 10_000, "the reference belongs in docs/"

@@ -30,6 +30,9 @@ from importlib import resources
 
 import pandas as pd
 
+__all__ = ['EXTENDED_MODEL', 'PRIMARY_MODELS', 'ablation', 'case_study', 'context_sweeps', 'correlations',
+           'cross_model', 'expert_ratings', 'frameworks', 'knowledge_base', 'scores']
+
 #: The three primary models of the context-scaling study (Section 4), in the paper's order.
 PRIMARY_MODELS: tuple[str, ...] = ("Gemini-2.5-Flash", "Qwen-Plus", "DeepSeek-v3.2-Exp")
 #: The extended-context model (Table 20).

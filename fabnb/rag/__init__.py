@@ -60,12 +60,12 @@ from .retrievers import (
     openai_embedder,
     select_context,
 )
-from .system import Answer, RAGSystem, ReferenceRAG, check_answer, context_prompt
+from .system import Answer, RAGSystem, ReferenceRAG, check_answer, check_budget, context_prompt
 
 __all__ = ['ANYTHINGLLM_DEFAULTS', 'Answer', 'AnythingLLM', 'BM25Retriever', 'CONTEXT_INDICATORS', 'DenseRetriever',
            'GridRun', 'HIT_COLUMNS', 'HTTPAdapter', 'HybridRetriever', 'MINILM', 'MaxKB', 'Metaso', 'OUTPUT_SCHEDULE',
            'PAPER_CONTEXTS', 'PROMPT_OVERHEAD', 'RAGConfig', 'RAGError', 'RAGFlow', 'RAGSystem', 'RESULT_COLUMNS',
            'RESULT_KEYS', 'ReferenceRAG', 'ResultsStore', 'Retriever', 'SYSTEM_PROMPT', 'TfidfRetriever', 'ask_cell',
-           'check_answer', 'context_prompt', 'count_tokens', 'detect_context_use', 'get_path', 'make_retriever',
-           'minilm_embedder', 'mode_pairs', 'openai_embedder', 'output_tokens', 'questions_frame', 'retrieval_table',
-           'run_grid', 'select_context', 'sweep', 'truncate_tokens']
+           'check_answer', 'check_budget', 'context_prompt', 'count_tokens', 'detect_context_use', 'get_path',
+           'make_retriever', 'minilm_embedder', 'mode_pairs', 'openai_embedder', 'output_tokens', 'questions_frame',
+           'retrieval_table', 'run_grid', 'select_context', 'sweep', 'truncate_tokens']

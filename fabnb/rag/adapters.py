@@ -16,7 +16,7 @@ from .config import (
     count_tokens,
     truncate_tokens,
 )
-from .system import Answer, _check_budget
+from .system import Answer, check_budget
 
 __all__ = ['AnythingLLM', 'HTTPAdapter', 'MaxKB', 'Metaso', 'RAGFlow', 'detect_context_use', 'get_path']
 
@@ -224,13 +224,13 @@ class HTTPAdapter:
         """The text sent as the user's message: the question, or in mode B the gold context and the question."""
         if gold_context is None:
             return question
-        q = _check_budget(question, config)
+        q = check_budget(question, config)
         context, _ = truncate_tokens(gold_context, config.input_budget - q - PROMPT_OVERHEAD)
         return f"Use only this context to answer.\n\nContext:\n{context}\n\nQuestion: {question}"
 
     def ask(self, question: str, config: RAGConfig, gold_context: str | None = None) -> Answer:
         if gold_context is None:  # with gold context, message() checks the budget as it fits the context
-            _check_budget(question, config)
+            check_budget(question, config)
         text = self.message(question, config, gold_context)
         start = time.perf_counter()
         answer = self.parse(self.post(self.url, self.body(text, config)))

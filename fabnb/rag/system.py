@@ -11,7 +11,7 @@ import pandas as pd
 from .config import PROMPT_OVERHEAD, SYSTEM_PROMPT, RAGConfig, RAGError, count_tokens, truncate_tokens
 from .retrievers import Retriever, make_retriever, select_context
 
-__all__ = ['Answer', 'RAGSystem', 'ReferenceRAG', 'check_answer', 'context_prompt']
+__all__ = ['Answer', 'RAGSystem', 'ReferenceRAG', 'check_answer', 'check_budget', 'context_prompt']
 
 # ------------------------------------------------------------------ answers and the protocol
 
@@ -68,7 +68,7 @@ def check_answer(done) -> None:
                        "empty-answer")
 
 
-def _check_budget(question: str, config: RAGConfig) -> int:
+def check_budget(question: str, config: RAGConfig) -> int:
     q = count_tokens(question)
     if q + PROMPT_OVERHEAD > config.input_budget:
         raise RAGError(f"the question has {q} tokens, more than the {config.input_budget}-token input budget of a "
@@ -110,7 +110,7 @@ class ReferenceRAG:
 
     def retrieve(self, question: str, config: RAGConfig) -> pd.DataFrame:
         """The chunks that would go into the prompt for this question and configuration."""
-        q = _check_budget(question, config)
+        q = check_budget(question, config)
         return select_context(self.retriever.search(question), config.input_budget - q - PROMPT_OVERHEAD,
                               config.n_snippets, config.threshold)
 
@@ -123,7 +123,7 @@ class ReferenceRAG:
             sources = [{"id": r.chunk_id, "doc_id": r.doc_id, "text": r.text, "score": float(r.score)}
                        for r in used.itertuples()]
         else:
-            q = _check_budget(question, config)
+            q = check_budget(question, config)
             context, _ = truncate_tokens(gold_context, config.input_budget - q - PROMPT_OVERHEAD)
             sources = [{"id": "gold", "doc_id": "gold", "text": context, "score": 1.0}]
         start = time.perf_counter()
