@@ -31,59 +31,21 @@ The package, by subject: :mod:`~fabnb.judge.rubrics` (rubrics, scale, the reply 
 statistics live in :mod:`fabnb.stats` and are re-exported here under their old names.
 """
 
+# Compact re-exports: one statement per module, several names per line.
+# isort: off
 from __future__ import annotations
-
 from ..stats import bootstrap_group_diff, bootstrap_rate_diff, mcnemar_paired, ppi_mean
-from .geval import (
-    JudgeRun,
-    geval_metric,
-    judge_expert_agreement,
-    judge_model,
-    judge_results,
-    logprobs_supported,
-    reason_score_schema,
-    replicate_spread,
-    score_answer,
-    score_one,
-    score_store,
-    to_score_frame,
-    weighted_score,
-)
-from .oracle import (
-    ORACLE_CRITERIA,
-    ORACLE_SCHEMA,
-    REFUSAL_PATTERNS,
-    VERDICT_COLUMNS,
-    VERDICT_KEYS,
-    VERDICT_VALUES,
-    compare_configurations,
-    failure_table,
-    is_refusal,
-    oracle_precision,
-    oracle_prompt,
-    oracle_results,
-    oracle_rule,
-    oracle_verdict,
-    passage_retrieved,
-    read_verdicts,
-    tests_as_questions,
-    verdict_store,
-)
+from .geval import (JudgeRun, geval_metric, judge_expert_agreement, judge_model, judge_results, logprobs_supported,
+                    reason_score_schema, replicate_spread, score_answer, score_one, score_store, to_score_frame,
+                    weighted_score)
+from .oracle import (ORACLE_CRITERIA, ORACLE_SCHEMA, REFUSAL_PATTERNS, VERDICT_COLUMNS, VERDICT_KEYS, VERDICT_VALUES,
+                     compare_configurations, failure_table, is_refusal, oracle_precision, oracle_prompt,
+                     oracle_results, oracle_rule, oracle_verdict, passage_retrieved, read_verdicts, tests_as_questions,
+                     verdict_store)
 from .reference import answer_key, reference_check, reference_scores
-from .rubrics import (
-    BANDS,
-    INJECTION_PATTERNS,
-    PLACEHOLDER_REASONS,
-    RUBRIC_VERSION,
-    RUBRICS,
-    SCALE,
-    STEPS,
-    JudgeError,
-    injection_flags,
-    read_judgement,
-    rubric_frame,
-    rubric_variant,
-)
+from .rubrics import (BANDS, INJECTION_PATTERNS, PLACEHOLDER_REASONS, RUBRIC_VERSION, RUBRICS, SCALE, STEPS,
+                      JudgeError, injection_flags, read_judgement, rubric_frame, rubric_variant)
+# isort: on
 
 __all__ = ['BANDS', 'INJECTION_PATTERNS', 'JudgeError', 'JudgeRun', 'ORACLE_CRITERIA', 'ORACLE_SCHEMA',
            'PLACEHOLDER_REASONS', 'REFUSAL_PATTERNS', 'RUBRICS', 'RUBRIC_VERSION', 'SCALE', 'STEPS', 'VERDICT_COLUMNS',

@@ -27,40 +27,19 @@ ReferenceRAG), :mod:`~fabnb.rag.adapters` and :mod:`~fabnb.rag.grid` (run_grid).
 results store is :class:`fabnb.records.ResultsStore`, re-exported here.
 """
 
+# Compact re-exports: one statement per module, several names per line.
+# isort: off
 from __future__ import annotations
-
 from ..records import ResultsStore
 from ..schema import RESULT_COLUMNS, RESULT_KEYS
 from .adapters import AnythingLLM, HTTPAdapter, MaxKB, Metaso, RAGFlow, detect_context_use, get_path
-from .config import (
-    ANYTHINGLLM_DEFAULTS,
-    CONTEXT_INDICATORS,
-    OUTPUT_SCHEDULE,
-    PAPER_CONTEXTS,
-    PROMPT_OVERHEAD,
-    SYSTEM_PROMPT,
-    RAGConfig,
-    RAGError,
-    count_tokens,
-    output_tokens,
-    sweep,
-    truncate_tokens,
-)
+from .config import (ANYTHINGLLM_DEFAULTS, CONTEXT_INDICATORS, OUTPUT_SCHEDULE, PAPER_CONTEXTS, PROMPT_OVERHEAD,
+                     SYSTEM_PROMPT, RAGConfig, RAGError, count_tokens, output_tokens, sweep, truncate_tokens)
 from .grid import GridRun, ask_cell, mode_pairs, questions_frame, retrieval_table, run_grid
-from .retrievers import (
-    HIT_COLUMNS,
-    MINILM,
-    BM25Retriever,
-    DenseRetriever,
-    HybridRetriever,
-    Retriever,
-    TfidfRetriever,
-    make_retriever,
-    minilm_embedder,
-    openai_embedder,
-    select_context,
-)
+from .retrievers import (HIT_COLUMNS, MINILM, BM25Retriever, DenseRetriever, HybridRetriever, Retriever,
+                         TfidfRetriever, make_retriever, minilm_embedder, openai_embedder, select_context)
 from .system import Answer, RAGSystem, ReferenceRAG, check_answer, check_budget, context_prompt
+# isort: on
 
 __all__ = ['ANYTHINGLLM_DEFAULTS', 'Answer', 'AnythingLLM', 'BM25Retriever', 'CONTEXT_INDICATORS', 'DenseRetriever',
            'GridRun', 'HIT_COLUMNS', 'HTTPAdapter', 'HybridRetriever', 'MINILM', 'MaxKB', 'Metaso', 'OUTPUT_SCHEDULE',
