@@ -170,6 +170,9 @@ def _judge_stage():
     return healthy, run, {
         "judge output not JSON": ((200, completion("I would give it a seven."), {}), "not-json", 1),
         "judge score out of range": ((200, completion('{"reason": "Good.", "score": 12}'), {}), "out-of-range", 1),
+        "judge JSON without a reason": ((200, completion('{"score": 7}'), {}), "missing-field", 1),
+        "judge copied the example": ((200, completion('{"reason": "Your concise and informative reason here", '
+                                                      '"score": 7}'), {}), "copied-example", 1),
     }
 
 
@@ -220,7 +223,7 @@ def _generation_stage():
 STAGES = {"grid": _grid_stage, "judge": _judge_stage, "oracle": _oracle_stage, "generation": _generation_stage}
 CASES = [(stage, fault) for stage in STAGES for fault in FAULTS] + [
     ("grid", "empty answer"), ("judge", "judge output not JSON"), ("judge", "judge score out of range"),
-    ("oracle", "oracle output not JSON")]
+    ("judge", "judge JSON without a reason"), ("judge", "judge copied the example"), ("oracle", "oracle output not JSON")]
 
 #: One row per case run, printed by tests/conftest.py at the end of the session.
 TABLE: list[dict] = []
@@ -247,7 +250,7 @@ def test_fault_is_recorded_and_heals(stage, fault, tmp_path):
         assert failed, f"{stage}/{fault}: no cell failed: {first}"
         assert all(v[1] == cause for v in failed.values()), (stage, fault, failed)
         assert server.marked() == requests * len(failed), (stage, fault, server.marked())
-        if cause not in ("empty-answer", "not-json", "out-of-range"):  # transport: the message counts requests
+        if cause not in ("empty-answer", "not-json", "out-of-range", "missing-field", "copied-example"):  # transport: the message counts requests
             assert all(_attempts(v[2]) == requests for v in failed.values()), failed
         assert "sk-canary" not in json.dumps(first)
         # The server heals; the same cache, the same store: only the failed cells are asked again.

@@ -33,3 +33,13 @@ def test_notebook_is_clean(path):
         assert not defs, f"{path.name}: logic belongs in fabnb, not in a notebook cell:\n{cell.source}"
     assert any("parameters" in c.metadata.get("tags", []) for c in code), f"{path.name}: no parameters cell"
     assert book.cells[0].cell_type == "markdown" and book.cells[0].source.startswith("# ")
+
+
+def test_notebooks_are_as_nbstripout_writes_them():
+    """What the git filter would commit: no outputs, no execution counts, normalized cell ids."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "nbstripout", "--verify", *map(str, NOTEBOOKS)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, f"run nbstripout on the notebooks:\n{done.stdout}{done.stderr}"

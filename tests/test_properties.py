@@ -227,3 +227,96 @@ def test_prediction_powered_mean_settles(judge_all, labeled, data):
         estimate, lo, hi = (out.get(k) for k in ("mean", "ci_low", "ci_high"))
         if all(v is not None and not math.isnan(v) for v in (estimate, lo, hi)):
             assert lo <= estimate <= hi
+
+
+GENERATORS = ["complex_passage", "negative_rejection", "coverage", "random", "fair_baseline"]
+
+
+@st.composite
+def study_verdicts(draw):
+    """RAG-TESTER verdicts: 1-3 configurations, 1-6 tests over 1-3 documents, real and generated, some errors."""
+    configs = draw(st.lists(st.sampled_from(["bm25", "tfidf", "minilm"]), min_size=1, max_size=3, unique=True))
+    n = draw(st.integers(1, 6))
+    rows = []
+    for t in range(n):
+        doc, gen = f"d{t % draw(st.integers(1, 3))}", draw(st.sampled_from(GENERATORS))
+        for c in configs:
+            status = draw(st.sampled_from(["ok", "ok", "ok", "error"]))
+            failed = draw(st.booleans())
+            rows.append({"system": c, "model": "m", "context_k": 1.0, "mode": "A", "test_id": f"t{t}",
+                         "generator": gen, "kind": "negative" if gen == "negative_rejection" else "positive",
+                         "status": status, "cause": "" if status == "ok" else "not-json",
+                         "failed": failed if status == "ok" else np.nan,
+                         "failure_type": ("answer failure" if failed else "") if status == "ok" else np.nan,
+                         "configuration": c, "llm": "l", "embedding": c, "source_doc": doc,
+                         "origin": "real" if t % 2 else "generated"})
+    from fabnb.judge import VERDICT_COLUMNS
+
+    cols = list(dict.fromkeys([*VERDICT_COLUMNS, "configuration", "llm", "embedding", "source_doc", "origin"]))
+    return pd.DataFrame(rows).reindex(columns=cols)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # nine tables each
+@given(study_verdicts())
+def test_study_tables_settle_on_edge_verdicts(verdicts):
+    from fabnb.study import TABLES, study_tables
+
+    tests = verdicts.drop_duplicates("test_id")[["test_id", "generator", "source_doc"]]
+    rejected = pd.DataFrame({"generator": ["random"], "reason": ["answer not in its passage"]})
+    tables = settles(study_tables, verdicts, tests, rejected, n_boot=20)
+    if tables is not None:
+        assert set(tables) == set(TABLES)
+        for name, table in tables.items():
+            if {"ci_low", "diff", "ci_high"} <= set(table.columns):
+                ok = table.dropna(subset=["ci_low", "diff", "ci_high"])
+                assert (ok["ci_low"] <= ok["diff"] + 1e-12).all() and (ok["diff"] <= ok["ci_high"] + 1e-12).all(), name
+
+
+@CHEAP
+@given(st.lists(st.tuples(st.sampled_from(["x", "y"]), st.booleans(), st.sampled_from(["d1", "d2", "d3"])),
+                min_size=0, max_size=12))
+def test_bootstraps_settle_and_bracket_their_difference(rows):
+    from fabnb.stats import bootstrap_group_diff, bootstrap_rate_diff
+
+    frame = pd.DataFrame(rows, columns=["g", "failed", "source_doc"])
+    out = settles(bootstrap_group_diff, frame, "g", "x", "y", n_boot=50)
+    if out is not None and not math.isnan(out.get("diff", math.nan)):
+        assert out["ci_low"] <= out["diff"] + 1e-12 and out["diff"] <= out["ci_high"] + 1e-12
+    wide = pd.DataFrame({"a": [r[1] for r in rows], "b": [not r[1] for r in rows], "doc": [r[2] for r in rows]})
+    settles(bootstrap_rate_diff, wide, "a", "b", cluster="doc", n_boot=50)
+
+
+@CHEAP
+@given(score_frames(), st.data())
+def test_dual_mode_deltas_settle(scores, data):
+    modes = data.draw(st.lists(st.sampled_from(["A", "B"]), min_size=len(scores), max_size=len(scores)))
+    frame = scores.assign(mode=modes, test_id="Q1")
+    out = settles(analysis.dual_mode_delta, frame)
+    if out is not None and len(out):
+        paired = out[out["paired"]].dropna(subset=["delta"])
+        assert np.allclose(paired["delta"], paired["score_b"] - paired["score_a"])
+
+
+@CHEAP
+@given(score_frames())
+def test_correlations_compare_with_the_published_table(scores):
+    from fabnb import published
+
+    computed = settles(analysis.metric_correlations, scores)
+    if computed is not None:
+        settles(analysis.compare_correlations, computed, published.correlations())
+
+
+@CHEAP
+@given(st.lists(st.tuples(st.sampled_from(["c1", "c2"]), st.sampled_from(["accepted", "failed"]),
+                          st.floats(0.1, 1.5)), min_size=0, max_size=8))
+def test_generation_plot_settles(attempts):
+    from fabnb.generation import ATTEMPT_COLUMNS
+
+    frame = pd.DataFrame([{"context_id": c, "attempt": i + 1, "outcome": o, "temperature": t,
+                           "failure": "" if o == "accepted" else "not-json"} for i, (c, o, t) in enumerate(attempts)])
+    frame = frame.reindex(columns=ATTEMPT_COLUMNS)
+    try:
+        settles(plots.plot_generation, frame)
+    finally:
+        _close_all()
