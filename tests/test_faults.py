@@ -223,7 +223,8 @@ def _generation_stage():
 STAGES = {"grid": _grid_stage, "judge": _judge_stage, "oracle": _oracle_stage, "generation": _generation_stage}
 CASES = [(stage, fault) for stage in STAGES for fault in FAULTS] + [
     ("grid", "empty answer"), ("judge", "judge output not JSON"), ("judge", "judge score out of range"),
-    ("judge", "judge JSON without a reason"), ("judge", "judge copied the example"), ("oracle", "oracle output not JSON")]
+    ("judge", "judge JSON without a reason"), ("judge", "judge copied the example"),
+    ("oracle", "oracle output not JSON")]
 
 #: One row per case run, printed by tests/conftest.py at the end of the session.
 TABLE: list[dict] = []
@@ -250,7 +251,8 @@ def test_fault_is_recorded_and_heals(stage, fault, tmp_path):
         assert failed, f"{stage}/{fault}: no cell failed: {first}"
         assert all(v[1] == cause for v in failed.values()), (stage, fault, failed)
         assert server.marked() == requests * len(failed), (stage, fault, server.marked())
-        if cause not in ("empty-answer", "not-json", "out-of-range", "missing-field", "copied-example"):  # transport: the message counts requests
+        content = ("empty-answer", "not-json", "out-of-range", "missing-field", "copied-example")
+        if cause not in content:  # transport: the message counts the requests
             assert all(_attempts(v[2]) == requests for v in failed.values()), failed
         assert "sk-canary" not in json.dumps(first)
         # The server heals; the same cache, the same store: only the failed cells are asked again.
