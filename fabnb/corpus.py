@@ -26,6 +26,8 @@ import numpy as np
 import pandas as pd
 
 from .errors import FabnbError
+from .passages import readability
+from .terms import KnowledgeBase
 
 __all__ = ['CHUNK_COLUMNS', 'Corpus', 'CorpusError', 'CorpusSession', 'CorpusWarning', 'DOCUMENT_COLUMNS', 'FORMATS',
            'PAGE_COLUMNS', 'PROBLEM_COLUMNS', 'SECTION_COLUMNS', 'chunk_corpus', 'corpus_from_frame', 'load_corpus',
@@ -490,8 +492,6 @@ class CorpusSession:
     """
 
     def __init__(self, chunks: pd.DataFrame, kb=None, contexts=None):
-        from .passages import readability
-        from .terms import KnowledgeBase
 
         missing = {"chunk_id", "doc_id", "position", "text"} - set(chunks.columns)
         if missing:

@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import tempfile
+import urllib.request
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from pathlib import Path, PurePosixPath
 
 import pandas as pd
 
+from .corpus import SECTION_COLUMNS, corpus_from_frame
 from .errors import FabnbError
 from .schema import METRICS, QUESTION_FORMATS, TEST_TYPES
 
@@ -260,7 +262,6 @@ def evidence_corpus(pairs):
     -------
     fabnb.corpus.Corpus
     """
-    from .corpus import SECTION_COLUMNS, corpus_from_frame
 
     ev = evidence_frame(pairs).drop_duplicates(["doc_id", "evidence"])
     docs, sections = [], []
@@ -394,7 +395,6 @@ def download_fab_bench(target: Path | None = None, url: str | None = None, timeo
     The archive is extracted into a temporary folder inside the cache, verified,
     and only then moved into place, so an interrupted download leaves nothing half-made.
     """
-    import urllib.request
 
     target = Path(target) if target else cache_dir() / "fab-bench" / FAB_BENCH_COMMIT
     url = url or os.environ.get("FABNB_FAB_BENCH_URL") or \

@@ -17,12 +17,19 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import os
 import platform
 import shutil
 import time
+import urllib.request
 
 import pandas as pd
+
+from . import __version__
+from .datasets import FAB_BENCH_COMMIT, FAB_BENCH_REPOSITORY, DatasetError, cache_dir, fab_bench_dir, verify_fab_bench
+from .llm import LLM, LLMError
+from .local import PORTABLE_INSTALL, LocalServer, build_report, cpu_name, model_path
 
 __all__ = ["COLUMNS", "STATUSES", "check", "default_llm_ok", "render"]
 
@@ -48,7 +55,6 @@ def _row(rows: list, area: str, name: str, status: str, detail: str = "", fix: s
 
 
 def _check_python(rows: list) -> None:
-    from . import __version__
 
     _row(rows, "python", "Python", "ok" if tuple(map(int, platform.python_version_tuple()[:2])) >= (3, 11) else "fail",
          f"{platform.python_version()} ({platform.machine()})", "fabnb needs Python 3.11 or newer")
@@ -60,7 +66,6 @@ def _check_python(rows: list) -> None:
 
 def _check_model(rows: list, start: bool) -> bool | None:
     """The embedded model's rows; returns whether it answered (None: not tried)."""
-    from .local import PORTABLE_INSTALL, LocalServer, build_report, cpu_name, model_path
 
     build = build_report()
     avx2 = build["avx2"]
@@ -110,10 +115,7 @@ def _check_model(rows: list, start: bool) -> bool | None:
 
 def _check_endpoint(rows: list, llm) -> bool:
     """The configured endpoint's rows; returns whether it answered a completion."""
-    import json
-    import urllib.request
 
-    from .llm import LLMError
 
     where = f"{llm.model} at {llm.base_url}"
     probe = llm.with_defaults()
@@ -159,14 +161,6 @@ def _check_endpoint(rows: list, llm) -> bool:
 
 
 def _check_rest(rows: list) -> None:
-    from .datasets import (
-        FAB_BENCH_COMMIT,
-        FAB_BENCH_REPOSITORY,
-        DatasetError,
-        cache_dir,
-        fab_bench_dir,
-        verify_fab_bench,
-    )
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     _row(rows, "browser test", "chromium", "ok" if chromium else "missing", chromium or "not found",
@@ -209,7 +203,6 @@ def check(model: bool = True, endpoint: bool = True) -> pd.DataFrame:
         names the default LLM and ``attrs["default_llm_ok"]`` says whether it answered
         (None where it was not tried).
     """
-    from .llm import LLM, LLMError
 
     rows: list = []
     _check_python(rows)

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from .corpus import load_corpus
 from .generation import word_tokens
+from .llm import LLMError
 
 __all__ = ['DETAIL_LEVELS', 'DocumentSpec', 'GeneratedDocuments', 'TONES', 'TOPIC_SHARE', 'document_prompt',
            'render_pdf', 'topic_share', 'write_documents']
@@ -156,8 +158,6 @@ def write_documents(specs, llm, folder: str | Path, *, seed: int = 0, temperatur
     -------
     GeneratedDocuments
     """
-    from .corpus import load_corpus
-    from .llm import LLMError
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -29,13 +29,16 @@ import json
 import re
 import time
 from dataclasses import asdict, dataclass
+from difflib import SequenceMatcher
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from .datasets import parse_qa, qa_frame
 from .llm import LLM, LLMError, parse_json
 from .schema import TEST_TYPES
+from .terms import KnowledgeBase
 
 __all__ = ['ABLATION_GROUPS', 'ALPHA', 'ARCHETYPES', 'ATTEMPT_COLUMNS', 'BASE_THRESHOLD', 'CATEGORY_ADJUSTMENT',
            'FOLDERS', 'FormatPlan', 'GenerationConfig', 'GenerationRun', 'OBJECTIVE_SUBTYPES', 'QA_SCHEMA',
@@ -331,7 +334,6 @@ def quoted_share(quote: str, context: str) -> float:
     >>> quoted_share("The etch rate was 5 A per cycle", "Etch rate was 5 A per cycle at 900 V")
     0.875
     """
-    from difflib import SequenceMatcher
 
     q, c = word_tokens(quote), word_tokens(context)
     if not q:
@@ -466,7 +468,6 @@ class GenerationRun:
 
     def frame(self) -> pd.DataFrame:
         """The accepted pairs as a tidy frame (see :func:`fabnb.datasets.qa_frame`)."""
-        from .datasets import parse_qa, qa_frame
 
         return qa_frame([parse_qa(p) for p in self.pairs])
 
@@ -530,7 +531,6 @@ def generate_qa(contexts, llm: LLM, n: int, *, test_type: str | None = None, kb=
     -------
     GenerationRun
     """
-    from .terms import KnowledgeBase
 
     if error_policy not in ("record", "raise"):
         raise ValueError(f"error_policy must be 'record' or 'raise', not {error_policy!r}")

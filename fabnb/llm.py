@@ -182,7 +182,9 @@ class ResponseCache:
 
 def default_cache_path() -> Path:
     """``$FABNB_CACHE_DIR/llm.sqlite`` (default ``~/.cache/fabnb/llm.sqlite``)."""
+    # Lazy: fabnb.datasets imports pandas (0.6 s); fabnb.llm itself loads in about 30 ms.
     from .datasets import cache_dir
+
 
     return cache_dir() / "llm.sqlite"
 

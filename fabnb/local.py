@@ -24,7 +24,12 @@ Skipped in the doctest run: it starts a server (the model tests do).
 from __future__ import annotations
 
 import atexit
+import importlib.metadata
+import importlib.util
 import os
+import platform
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -118,7 +123,6 @@ def cpu_flags() -> set[str]:
 
 def cpu_name() -> str:
     """The CPU's model name from ``/proc/cpuinfo`` (the machine type where there is none)."""
-    import platform
 
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -144,10 +148,6 @@ def build_report() -> dict:
         installed (bool), version (str or None), libraries (list of paths), native_instructions
         (int, or None where objdump is missing), portable (bool or None), avx2 (bool: this CPU).
     """
-    import importlib.metadata
-    import importlib.util
-    import re
-    import shutil
 
     report = {"installed": False, "version": None, "libraries": [], "native_instructions": None,
               "portable": None, "avx2": "avx2" in cpu_flags()}

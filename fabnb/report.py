@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import __version__, published
+from . import __version__, plots, published
 from . import analysis as A
+from .claims import VERDICTS, Paper, check_claims
 from .schema import METRIC_LABELS
 
 __all__ = ['Report', 'Reproduction', 'reproduce']
@@ -168,8 +169,6 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from . import plots
-    from .claims import VERDICTS, Paper, check_claims
 
     out = Path(out_dir)
     figs, tabs = out / "figures", out / "tables"

@@ -37,8 +37,32 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .corpus import corpus_from_frame
 from .errors import FabnbError
-from .judge import bootstrap_group_diff
+from .judge import (
+    bootstrap_group_diff,
+    compare_configurations,
+    failure_table,
+    oracle_precision,
+    oracle_results,
+    tests_as_questions,
+    verdict_store,
+)
+from .llm import LLM
+from .passages import CoverageTracker
+from .rag import RAGConfig, RAGError, ReferenceRAG, ResultsStore, make_retriever, run_grid
+from .rating import krippendorff_alpha
+from .testcases import (
+    REJECT_COLUMNS,
+    TEST_COLUMNS,
+    TestSuite,
+    complex_passage_tests,
+    coverage_tests,
+    fair_baseline_tests,
+    negative_rejection_tests,
+    random_tests,
+)
+from .vectors import vectorize
 
 __all__ = ['EMBEDDINGS', 'EXCLUSION_COLUMNS', 'GENERATORS', 'STRATEGIES', 'Study', 'StudyError', 'TABLES',
            'baseline_comparison', 'build_configurations', 'combine_corpora', 'configuration_pairs', 'generate_tests',
@@ -80,7 +104,6 @@ def combine_corpora(parts: dict, n: int | None = None, seed: int = 0):
     (Corpus, dict)
         The combined corpus and ``doc_id -> origin``.
     """
-    from .corpus import corpus_from_frame
 
     frames, origins = [], {}
     for i, (origin, corpus) in enumerate(parts.items()):
@@ -116,16 +139,6 @@ def generate_tests(chunks: pd.DataFrame, llm, n_per_generator: int = 1, *, vecto
         ``tests`` (:data:`fabnb.testcases.TEST_COLUMNS`; ids ``<generator>-NNN`` over the
         corpus) and ``rejected`` (generator, source_chunk, reason; with source_doc).
     """
-    from .passages import CoverageTracker
-    from .testcases import (
-        TestSuite,
-        complex_passage_tests,
-        coverage_tests,
-        fair_baseline_tests,
-        negative_rejection_tests,
-        random_tests,
-    )
-    from .vectors import vectorize
 
     vectors = vectors if vectors is not None else vectorize(chunks)
     by_doc = dict(tuple(chunks.groupby("doc_id", sort=False)))
@@ -168,7 +181,6 @@ def generator_llms(embedded: bool = True) -> dict:
 
     The endpoint is read from ``FABNB_LLM_*`` / ``OPENAI_*`` (:meth:`fabnb.llm.LLM.from_env`).
     """
-    from .llm import LLM
 
     llms = {}
     if embedded:
@@ -199,7 +211,6 @@ def build_configurations(chunks: pd.DataFrame, llms: dict, embeddings=EMBEDDINGS
         The systems (named ``<llm> x <embedding>``), the grid (configuration, llm, model,
         embedding, status, reason) and the exclusions (stage, item, reason).
     """
-    from .rag import RAGError, ReferenceRAG, make_retriever
 
     retrievers, grid, excluded = {}, [], []
     for emb in embeddings:
@@ -243,7 +254,6 @@ def configuration_pairs(verdicts: pd.DataFrame, tests: pd.DataFrame, n_boot: int
     """
     from statsmodels.stats.multitest import multipletests
 
-    from .judge import compare_configurations
 
     systems = sorted(verdicts["system"].dropna().unique())
     rows = [compare_configurations(verdicts, a, b, tests=tests, n_boot=n_boot, seed=seed)
@@ -337,7 +347,6 @@ def strongest_configuration(failures: pd.DataFrame, pairs: pd.DataFrame) -> pd.D
 def study_tables(verdicts: pd.DataFrame, tests: pd.DataFrame, rejected: pd.DataFrame, n_boot: int = 2000,
                  seed: int = 0) -> dict:
     """Every table of :data:`TABLES` from verdicts that carry configuration, source_doc and origin."""
-    from .judge import failure_table
 
     by_config = failure_table(verdicts, by=("configuration", "llm", "embedding"))
     pairs = configuration_pairs(verdicts, tests, n_boot=n_boot, seed=seed)
@@ -429,8 +438,6 @@ def label_precision(verdicts: pd.DataFrame, store) -> dict:
         items_labelled, items_multi (labelled by 2+ raters), ties, rater_alpha,
         rater_percent_agreement.
     """
-    from .judge import oracle_precision
-    from .rating import krippendorff_alpha
 
     labels = store.ratings(kind="verdict")
     labels = labels[labels["dimension"] == "failed"]
@@ -497,7 +504,6 @@ def _fingerprint(chunks: pd.DataFrame, tester_model: str, n: int, seed: int) -> 
 
 
 def _load_or_generate_tests(folder: Path, chunks, tester, n, seed):
-    from .testcases import REJECT_COLUMNS, TEST_COLUMNS, TestSuite
 
     path = folder / "tests.json"
     key = _fingerprint(chunks, tester.model, n, seed)
@@ -555,8 +561,6 @@ def run_study(chunks: pd.DataFrame, llms: dict, folder: str | Path, *, origins: 
     -------
     Study
     """
-    from .judge import oracle_results, tests_as_questions, verdict_store
-    from .rag import RAGConfig, ResultsStore, run_grid
 
     if not llms:
         raise StudyError("llms is empty: pass at least one answering model, e.g. generator_llms().")

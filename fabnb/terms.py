@@ -34,6 +34,7 @@ Matching (longest term first, by hash lookup of atom runs, so it is linear in th
 
 from __future__ import annotations
 
+import html
 import re
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -309,7 +310,6 @@ class KnowledgeBase:
         >>> str(KnowledgeBase.default().highlight("<b>EUV</b>"))[:60]
         '<div class="fabnb-terms">&lt;b&gt;<mark class="fabnb-term fa'
         """
-        import html
 
         found = self.find(text)
         parts, pos = [], 0

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..llm import LLMError
+from ..rag.config import truncate_tokens
 from ..records import ResultsStore
 from ..schema import METRICS, SCORE_RECORD_COLUMNS, SCORE_RECORD_KEYS
 from .rubrics import (
@@ -88,7 +90,6 @@ def logprobs_supported(llm) -> bool:
     error; probing once, without retries, keeps every later judge call from paying for
     that error and its retries.
     """
-    from ..llm import LLMError
 
     key = (llm.base_url, llm.model)
     with _LOGPROBS_LOCK:
@@ -281,8 +282,6 @@ async def score_answer(llm, metric: str, *, question: str, answer: str, expected
     JudgeError
         With cause ``not-json``, ``missing-field``, ``out-of-range`` or the LLM layer's cause.
     """
-    from ..llm import LLMError
-    from ..rag.config import truncate_tokens
 
     flags = injection_flags(answer)
     answer, truncated = truncate_tokens(answer, max_answer_tokens)

@@ -8,9 +8,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..generation import QUOTE_SHARE, quoted_share
+from ..llm import parse_json
 from ..records import ResultsStore
 from ..schema import RESULT_KEYS
-from ..stats import bootstrap_rate_diff, mcnemar_paired
+from ..stats import bootstrap_rate_diff, mcnemar_paired, wilson_interval
 from .rubrics import JudgeError, injection_flags
 
 __all__ = ['ORACLE_CRITERIA', 'ORACLE_SCHEMA', 'REFUSAL_PATTERNS', 'VERDICT_COLUMNS', 'VERDICT_KEYS', 'VERDICT_VALUES',
@@ -76,7 +78,6 @@ def read_verdicts(text: str) -> tuple[dict, dict]:
     JudgeError
         ``not-json`` when the reply is not the verdict JSON asked for.
     """
-    from ..llm import parse_json
 
     try:
         data = parse_json(text)
@@ -133,7 +134,6 @@ def oracle_precision(verdicts: pd.DataFrame, labels: pd.DataFrame, on: str = "te
     dict
         precision (of failures), recall, agreement, n, n_flagged, and a Wilson 95% interval of the precision.
     """
-    from ..stats import wilson_interval
 
     m = verdicts[[on, "failed"]].merge(labels[[on, "failed"]], on=on, suffixes=("_oracle", "_human"))
     flagged = m[m["failed_oracle"]]
@@ -188,7 +188,6 @@ def passage_retrieved(evidence: str, sources) -> bool | None:
     >>> passage_retrieved("etch removes 5 nm", [{"text": "The etch removes 5 nm per cycle."}])
     True
     """
-    from ..generation import QUOTE_SHARE, quoted_share
 
     if not evidence or not isinstance(sources, (list, tuple)):
         return None
@@ -275,7 +274,6 @@ def failure_table(verdicts: pd.DataFrame, by=("generator",), ci: float = 0.95) -
         The ``by`` columns, tests, failed, failure_rate, ci_low, ci_high, answer_failures,
         retrieval_misses, refusals_missed, judge_errors.
     """
-    from ..stats import wilson_interval
 
     rows = []
     for key, g in verdicts.groupby(list(by), dropna=False):

@@ -30,6 +30,8 @@ from importlib import resources
 
 import pandas as pd
 
+from ..scores import check_scores
+
 __all__ = ['EXTENDED_MODEL', 'PRIMARY_MODELS', 'ablation', 'case_study', 'context_sweeps', 'correlations',
            'cross_model', 'expert_ratings', 'frameworks', 'knowledge_base', 'scores']
 
@@ -50,7 +52,6 @@ def scores() -> pd.DataFrame:
     Columns: source_table, system, model, context_k, output_k, metric, score.
     Table 5 rows (RAGFlow, MaxKB, Metaso) have no context_k/output_k.
     """
-    from ..scores import check_scores
 
     return check_scores(_read("scores.csv"), "fabnb/published/scores.csv", from_file=True)
 

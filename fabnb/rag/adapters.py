@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
+import socket
 import threading
 import time
+from urllib.parse import urlsplit
 
+from ..terms import KnowledgeBase
 from .config import (
     ANYTHINGLLM_DEFAULTS,
     CONTEXT_INDICATORS,
@@ -55,7 +59,6 @@ def detect_context_use(answer: str, kb=None) -> dict:
     >>> detect_context_use("According to SEMI E10, the tool uptime ...")["indicators"]
     ['according to', 'semi ']
     """
-    from ..terms import KnowledgeBase
 
     text = " " + answer.lower() + " "
     found = [p for p in CONTEXT_INDICATORS if p in text]
@@ -117,7 +120,6 @@ class HTTPAdapter:
         return text.replace(self.__key, "***") if self.__key and len(self.__key) > 3 else text
 
     def _connection(self, scheme: str, netloc: str, fresh: bool = False):
-        import http.client
 
         # One keep-alive connection per thread and host: the standard library's client costs
         # a fraction of a millisecond a call, which matters with 32 calls in flight on 2 cores.
@@ -149,9 +151,6 @@ class HTTPAdapter:
 
     def post(self, url: str, body: dict) -> dict:
         """POST JSON and return the decoded response; RAGError with a cause on any failure."""
-        import http.client
-        import socket
-        from urllib.parse import urlsplit
 
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..corpus import tokenizer
 from ..errors import CausedError
 
 __all__ = ['ANYTHINGLLM_DEFAULTS', 'CONTEXT_INDICATORS', 'OUTPUT_SCHEDULE', 'PAPER_CONTEXTS', 'PROMPT_OVERHEAD',
@@ -105,13 +106,11 @@ def sweep(contexts=PAPER_CONTEXTS, **knobs) -> list[RAGConfig]:
 
 def count_tokens(text: str) -> int:
     """Tokens of a text in cl100k_base (the kit's tokenizer, offline)."""
-    from ..corpus import tokenizer
 
     return len(tokenizer("cl100k_base").encode(text, disallowed_special=()))
 
 
 def truncate_tokens(text: str, tokens: int) -> tuple[str, bool]:
-    from ..corpus import tokenizer
 
     enc = tokenizer("cl100k_base")
     ids = enc.encode(text, disallowed_special=())

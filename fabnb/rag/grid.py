@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,7 +107,6 @@ def run_grid(systems, questions: pd.DataFrame, configs, store: ResultsStore | st
     -------
     GridRun
     """
-    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
     if error_policy not in ("record", "raise"):
         raise ValueError(f"error_policy must be 'record' or 'raise', not {error_policy!r}")

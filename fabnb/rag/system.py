@@ -8,6 +8,7 @@ from typing import Protocol, runtime_checkable
 
 import pandas as pd
 
+from ..llm import LLMError
 from .config import PROMPT_OVERHEAD, SYSTEM_PROMPT, RAGConfig, RAGError, count_tokens, truncate_tokens
 from .retrievers import Retriever, make_retriever, select_context
 
@@ -115,7 +116,6 @@ class ReferenceRAG:
                               config.n_snippets, config.threshold)
 
     def ask(self, question: str, config: RAGConfig, gold_context: str | None = None) -> Answer:
-        from ..llm import LLMError
 
         if gold_context is None:
             used = self.retrieve(question, config)
