@@ -17,8 +17,11 @@ module is the plain-Python core that the rating widget is a thin view over:
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
+from itertools import combinations
+from math import ceil, comb
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +33,9 @@ from .records import read_jsonl as _read_records
 from .stats import icc, krippendorff_alpha, weighted_kappa  # noqa: F401 - re-exported: fabnb.rating.icc, ...
 
 __all__ = ['BLIND_FIELDS', 'DIMENSIONS', 'RATING_COLUMNS', 'RatingError', 'RatingSession', 'RatingStore', 'SCALE',
-           'SCHEMES', 'VERDICT_DIMENSIONS', 'agreement', 'icc', 'krippendorff_alpha', 'quality_table', 'rating_items',
-           'rating_matrix', 'read_jsonl', 'weighted_kappa']
+           'SCHEMES', 'VERDICT_DIMENSIONS', 'agreement', 'assign', 'icc', 'krippendorff_alpha', 'overlap',
+           'quality_table', 'rating_items', 'rating_matrix', 'read_jsonl', 'read_manifest', 'weighted_kappa',
+           'write_manifests']
 
 #: Appendix D's four dimensions and their one-line definitions (1-5 scale).
 DIMENSIONS: dict[str, str] = {
@@ -235,6 +239,9 @@ class RatingSession:
     kind : {"rating", "verdict"}
         What is rated (:data:`SCHEMES`): QA pairs on Appendix D's dimensions, or oracle
         verdicts with one binary label.
+    manifest : path or dict, optional
+        This rater's assignment (:func:`write_manifests`): only its items are shown. Its
+        rater must be ``rater``.
     """
 
     items: pd.DataFrame
@@ -243,8 +250,17 @@ class RatingSession:
     seed: int = 0
     blind: bool = True
     kind: str = "rating"
+    manifest: str | Path | dict | None = None
 
     def __post_init__(self):
+        if self.manifest is not None:
+            m = self.manifest if isinstance(self.manifest, dict) else read_manifest(self.manifest)
+            if m.get("rater") != self.rater:
+                raise RatingError(f"the manifest is for {m.get('rater')!r}, not {self.rater!r}; open your own.")
+            unknown = sorted(set(m["items"]) - set(self.items["item_id"]))
+            if unknown:
+                raise RatingError(f"the manifest names item(s) {unknown[:5]} that are not in the item list.")
+            self.items = self.items[self.items["item_id"].isin(set(m["items"]))].reset_index(drop=True)
         if self.kind not in SCHEMES:
             raise RatingError(f"kind must be one of {list(SCHEMES)}, not {self.kind!r}.")
         self.dimensions, self.scale = SCHEMES[self.kind]
@@ -359,3 +375,125 @@ def quality_table(ratings: pd.DataFrame, items: pd.DataFrame, by: str) -> pd.Dat
     table["n_items"] = merged.groupby(by)["item_id"].nunique()
     table["n_ratings"] = merged[merged["dimension"] == "accuracy"].groupby(by).size()
     return table.reset_index()
+
+
+# ------------------------------------------------------------------- assignments
+
+
+def assign(items, raters, per_item: int = 2, seed: int = 0) -> pd.DataFrame:
+    """Spread items over raters with a planned overlap, so that agreement can be measured.
+
+    Every item gets ``per_item`` distinct raters, every pair of raters shares at least
+    one item, and rater loads differ by at most one. Which items are shared is a seeded
+    shuffle. Pairs are covered first (for ``per_item=2``, one item per pair of raters),
+    then the remaining items go to the raters with the lightest load.
+
+    Parameters
+    ----------
+    items : DataFrame or sequence
+        A frame with ``item_id`` (as :func:`rating_items` makes), or the ids themselves.
+    raters : sequence of str
+        Two or more distinct names.
+    per_item : int
+        Raters per item, from 2 to ``len(raters)``.
+    seed : int
+
+    Returns
+    -------
+    DataFrame
+        item_id, rater: one row per assignment, in item order.
+
+    Raises
+    ------
+    RatingError
+        With too few items to give every pair of raters a shared item (the minimum is
+        named), more raters per item than raters, or fewer than two raters.
+
+    Examples
+    --------
+    >>> a = assign([f"Q{i}" for i in range(7)], ["ana", "ben", "cy"], per_item=2)
+    >>> bool(a.groupby("item_id").size().eq(2).all()), a.rater.value_counts().tolist()
+    (True, [5, 5, 4])
+    >>> sorted(overlap(a).shared_items)
+    [2, 2, 3]
+    """
+    ids = list(items["item_id"]) if isinstance(items, pd.DataFrame) else list(items)
+    raters = list(raters)
+    if len(set(raters)) != len(raters) or len(raters) < 2:
+        raise RatingError(f"assign needs two or more distinct raters, got {raters}.")
+    if not 2 <= per_item <= len(raters):
+        raise RatingError(f"per_item must be from 2 (so that raters overlap) to the number of raters "
+                          f"({len(raters)}), not {per_item}.")
+    if len(set(ids)) != len(ids):
+        raise RatingError("item ids appear twice in the item list.")
+    minimum = ceil(comb(len(raters), 2) / comb(per_item, 2))
+    if len(ids) < minimum:
+        raise RatingError(f"{len(ids)} item(s) cannot give each of the {comb(len(raters), 2)} pairs of "
+                          f"{len(raters)} raters a shared item with {per_item} raters per item: at least "
+                          f"{minimum} items are needed. Add items, or use fewer raters.")
+    rng = np.random.default_rng(seed)
+    order = [ids[i] for i in rng.permutation(len(ids))]
+    load = {r: 0 for r in raters}
+    uncovered = set(combinations(raters, 2))
+    rows = []
+    for item in order:
+        if uncovered:
+            # Cover the most uncovered pairs, the lightest raters first among equals.
+            group = max(combinations(sorted(raters, key=lambda r: (load[r], raters.index(r))), per_item),
+                        key=lambda g: sum(p in uncovered or p[::-1] in uncovered for p in combinations(g, 2)))
+        else:
+            ranked = sorted(raters, key=lambda r: (load[r], rng.random()))
+            group = tuple(ranked[:per_item])
+        for pair in combinations(group, 2):
+            uncovered.discard(pair)
+            uncovered.discard(pair[::-1])
+        for r in group:
+            load[r] += 1
+            rows.append({"item_id": item, "rater": r})
+    if uncovered or max(load.values()) - min(load.values()) > 1:
+        raise RatingError(f"could not spread {len(ids)} items over {len(raters)} raters with {per_item} per item so "
+                          f"that loads differ by at most one and every pair overlaps (loads {load}); add items.")
+    position = {item: i for i, item in enumerate(ids)}
+    frame = pd.DataFrame(rows, columns=["item_id", "rater"])
+    return frame.sort_values(["item_id"], key=lambda s: s.map(position), kind="stable").reset_index(drop=True)
+
+
+def write_manifests(assignments: pd.DataFrame, folder: str | Path) -> list[Path]:
+    """One manifest per rater (``<folder>/<rater>.json``: rater and item ids), for :class:`RatingSession`."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for rater, group in assignments.groupby("rater", sort=True):
+        path = folder / f"{_safe_name(rater)}.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({"rater": rater, "items": group["item_id"].tolist()}, indent=1), encoding="utf-8")
+        tmp.replace(path)
+        paths.append(path)
+    return paths
+
+
+def read_manifest(path: str | Path) -> dict:
+    """A rater's manifest: ``{"rater": name, "items": [item ids]}``, checked."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RatingError(f"{path}: not a readable manifest ({exc}); write it with write_manifests().") from None
+    if not isinstance(data, dict) or not isinstance(data.get("rater"), str) or not isinstance(data.get("items"), list):
+        raise RatingError(f"{path}: a manifest holds 'rater' (text) and 'items' (a list of item ids).")
+    return data
+
+
+def overlap(ratings: pd.DataFrame) -> pd.DataFrame:
+    """Which rater pairs share items, and how many: from ratings or from :func:`assign`'s frame.
+
+    Returns
+    -------
+    DataFrame
+        rater_a, rater_b, shared_items (0 where a pair shares none), one row per pair.
+    """
+    if not {"rater", "item_id"} <= set(ratings.columns):
+        raise RatingError("overlap needs 'rater' and 'item_id' columns (a ratings frame or assign()'s frame).")
+    sets = {r: set(g["item_id"]) for r, g in ratings.groupby("rater", sort=True)}
+    rows = [{"rater_a": a, "rater_b": b, "shared_items": len(sets[a] & sets[b])} for a, b in combinations(sets, 2)]
+    return pd.DataFrame(rows, columns=["rater_a", "rater_b", "shared_items"])

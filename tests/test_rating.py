@@ -152,3 +152,51 @@ def test_agreement_and_quality_tables(tmp_path):
     expected = merged.query("dimension == 'accuracy' and test_type == 'robustness'").score.mean()
     assert q.loc["robustness", "accuracy"] == pytest.approx(expected) and q.loc["robustness", "n_items"] == 15
     assert rating_matrix(store.ratings(), "accuracy").shape == (2, 30)
+
+
+# ------------------------------------------------------------------- assignments with overlap
+
+
+@pytest.mark.parametrize("n_items,raters,per_item", [(3, 3, 2), (10, 3, 2), (45, 10, 2), (20, 5, 3), (7, 4, 4),
+                                                     (200, 6, 2)])
+def test_assign_covers_every_pair_with_balanced_loads(n_items, raters, per_item):
+    from fabnb.rating import assign, overlap
+
+    names = [f"r{i}" for i in range(raters)]
+    a = assign([f"Q{i}" for i in range(n_items)], names, per_item=per_item, seed=1)
+    per = a.groupby("item_id")["rater"].agg(list)
+    assert len(per) == n_items and all(len(set(r)) == len(r) == per_item for r in per)
+    loads = a.rater.value_counts().reindex(names, fill_value=0)
+    assert loads.max() - loads.min() <= 1 and loads.sum() == n_items * per_item
+    pairs = overlap(a)
+    assert len(pairs) == raters * (raters - 1) // 2 and (pairs.shared_items >= 1).all()
+    assert a.equals(assign([f"Q{i}" for i in range(n_items)], names, per_item=per_item, seed=1))  # seeded
+
+
+def test_assign_refuses_what_cannot_be_done():
+    from fabnb.rating import assign
+
+    with pytest.raises(RatingError, match="at least 10 items are needed"):
+        assign([f"Q{i}" for i in range(9)], [f"r{i}" for i in range(5)], per_item=2)
+    with pytest.raises(RatingError, match="per_item must be from 2"):
+        assign(["a", "b", "c"], ["x", "y"], per_item=3)
+    with pytest.raises(RatingError, match="two or more distinct raters"):
+        assign(["a"], ["x", "x"])
+
+
+def test_a_session_takes_a_manifest_and_overlap_reads_ratings(tmp_path):
+    from fabnb.rating import assign, overlap, write_manifests
+
+    items = pd.DataFrame({"item_id": [f"Q{i}" for i in range(6)], "question": "q"})
+    paths = write_manifests(assign(items, ["ana", "ben", "cy"], per_item=2, seed=0), tmp_path / "manifests")
+    assert sorted(p.name for p in paths) == ["ana.json", "ben.json", "cy.json"]
+    store = RatingStore(tmp_path / "ratings")
+    for name in ("ana", "ben", "cy"):
+        session = RatingSession(items, name, store, manifest=tmp_path / "manifests" / f"{name}.json")
+        assert len(session.order) == 4
+        for item in session.order:
+            session.rate(item, accuracy=4, relevance=4, difficulty=3, diversity=3)
+    shared = overlap(store.ratings())
+    assert (shared.shared_items >= 1).all() and shared.shared_items.sum() == 6
+    with pytest.raises(RatingError, match="the manifest is for 'ana', not 'ben'"):
+        RatingSession(items, "ben", store, manifest=tmp_path / "manifests" / "ana.json")
