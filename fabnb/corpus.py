@@ -16,6 +16,7 @@ chunk can be shown in its document. Pass ``scheduler="dask"`` to chunk on Dask.
 from __future__ import annotations
 
 import json
+import os
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -356,9 +357,10 @@ def _token_bytes(name: str) -> np.ndarray:
     return lengths
 
 
-def _chunk_one(doc_id: str, text: str, size: int, overlap: int, name: str) -> list[dict]:
-    enc = tokenizer(name)
-    ids = np.asarray(enc.encode_ordinary(text), dtype=np.int64)
+def _chunk_one(doc_id: str, text: str, size: int, overlap: int, name: str, ids=None) -> list[dict]:
+    if ids is None:
+        ids = tokenizer(name).encode_ordinary(text)
+    ids = np.asarray(ids, dtype=np.int64)
     if len(ids) == 0:
         return []
     # Token boundaries in bytes, then in characters (a token may end inside a multi-byte character).
@@ -381,10 +383,20 @@ def _chunk_one(doc_id: str, text: str, size: int, overlap: int, name: str) -> li
     return rows
 
 
+#: Documents tokenized per batch: tiktoken encodes a batch on several threads (its Rust core releases the GIL).
+ENCODE_BATCH = 256
+
+
 def _chunk_records(records, size, overlap, name) -> list[dict]:
+    enc = tokenizer(name)
+    threads = max(1, min(8, os.cpu_count() or 1))
     out = []
-    for doc_id, text in records:
-        out += _chunk_one(doc_id, text, size, overlap, name)
+    records = list(records)
+    for b0 in range(0, len(records), ENCODE_BATCH):
+        batch = records[b0:b0 + ENCODE_BATCH]
+        encoded = enc.encode_ordinary_batch([text for _, text in batch], num_threads=threads)
+        for (doc_id, text), ids in zip(batch, encoded):
+            out += _chunk_one(doc_id, text, size, overlap, name, ids)
     return out
 
 

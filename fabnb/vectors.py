@@ -121,30 +121,37 @@ def vectorize(chunks: pd.DataFrame, min_df: int = 1, scheduler: str | None = Non
     True
     """
     texts = chunks["text"].tolist()
+    if scheduler is None:
+        # One pass: scikit-learn's own TfidfVectorizer (the same tokens, stop words, smooth idf and L2 rows).
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        model = TfidfVectorizer(stop_words=STOP_WORDS, token_pattern=TOKEN_PATTERN, min_df=min_df, dtype=np.float32)
+        try:
+            matrix = model.fit_transform(texts)
+        except ValueError:  # an empty vocabulary: only stop words, or nothing
+            raise ValueError("no terms left to vectorize: the chunks hold only stop words or nothing.") from None
+        return ChunkVectors(chunks["chunk_id"].to_numpy(), chunks["doc_id"].to_numpy(), matrix.tocsr(),
+                            {t: int(i) for t, i in model.vocabulary_.items()}, model.idf_.astype(np.float64))
     if scheduler == "dask":
         import dask.bag as db
 
         n = npartitions or min(len(texts), 8) or 1
         bag = db.from_sequence(texts, npartitions=n)
         df = _merge(bag.map_partitions(lambda part: [_document_frequencies(list(part))]).compute())
-    elif scheduler is None:
-        df = _document_frequencies(texts)
     else:
         raise ValueError(f"scheduler must be None or 'dask', not {scheduler!r}")
     terms = sorted(t for t, n in df.items() if n >= min_df)
     if not terms:
         raise ValueError("no terms left to vectorize: the chunks hold only stop words or nothing.")
     vocabulary = {t: i for i, t in enumerate(terms)}
-    n_docs = len(texts)
-    dfs = np.array([df[t] for t in terms], dtype=np.float64)
-    idf = np.log((1 + n_docs) / (1 + dfs)) + 1.0  # scikit-learn's smooth idf
-    if scheduler == "dask":
-        parts = bag.map_partitions(lambda part: [_counter(vocabulary).transform(list(part))]).compute()
-        counts = sp.vstack(parts, format="csr")
-    else:
-        counts = _counter(vocabulary).transform(texts)
-    return ChunkVectors(chunks["chunk_id"].to_numpy(), chunks["doc_id"].to_numpy(), _weigh(counts, idf),
-                        vocabulary, idf)
+    parts = bag.map_partitions(lambda part: [_counter(vocabulary).transform(list(part))]).compute()
+    counts = sp.vstack(parts, format="csr")
+    # The same weighting step as the single-process TfidfVectorizer, so both paths give identical vectors.
+    from sklearn.feature_extraction.text import TfidfTransformer
+
+    weigh = TfidfTransformer().fit(counts)
+    return ChunkVectors(chunks["chunk_id"].to_numpy(), chunks["doc_id"].to_numpy(),
+                        weigh.transform(counts, copy=False).tocsr(), vocabulary, weigh.idf_.astype(np.float64))
 
 
 def neighbours(

@@ -124,3 +124,14 @@ def test_bad_chunk_parameters():
         chunk_corpus(corpus, size=10, overlap=10)
     with pytest.raises(CorpusError, match="duplicated doc_id"):
         corpus_from_frame(pd.DataFrame({"doc_id": ["d", "d"], "text": ["x", "y"]}))
+
+
+def test_batch_encoding_gives_the_chunks_of_one_document_at_a_time(fab_bench):
+    """Chunks from tiktoken's threaded batch encoding equal those of encoding each document alone, byte for byte."""
+    from fabnb.corpus import _chunk_one, _chunk_records
+    from fabnb.datasets import evidence_corpus
+
+    docs = evidence_corpus(fab_bench).documents
+    records = list(zip(docs["doc_id"], docs["text"]))[:300]
+    one_by_one = [row for doc_id, text in records for row in _chunk_one(doc_id, text, 64, 16, "cl100k_base")]
+    assert _chunk_records(records, 64, 16, "cl100k_base") == one_by_one and len(one_by_one) > len(records)
