@@ -43,7 +43,7 @@ from pathlib import Path
 from .llm import LLM, LLMError
 
 __all__ = ["MODEL_ALIAS", "PORTABLE_INSTALL", "LocalServer", "build_report", "cpu_flags", "cpu_name", "default_llm",
-           "describe_exit", "model_path", "serve", "shared_server"]
+           "describe_exit", "model_path", "serve", "shared_server", "stop_shared_servers"]
 
 MODEL_ALIAS = "gemma-3-270m-it-q4_k_m"
 
@@ -213,8 +213,12 @@ class LocalServer:
         prompt: 1.6 s without, 6.3 s with; see the README).
     startup_timeout : float
         Seconds to wait for the server to answer.
+    n_batch : int, optional
+        Tokens per decoding batch (llama.cpp's default: 512). With ``logits_all`` the server holds
+        logits for a whole batch at once (1 MB per token), so a smaller batch saves memory.
     command : list of str, optional
-        What starts the server (default: this Python's ``-m llama_cpp.server``); the model,
+        What starts the server (default: this Python's ``-m fabnb._llama_server``, llama-cpp-python's
+        server computing logprobs in row blocks); the model,
         host, port and settings are appended as llama-cpp-python's server flags. For tests
         with a stand-in server.
     chat_format : str
@@ -226,8 +230,9 @@ class LocalServer:
 
     def __init__(self, model: str | Path | None = None, port: int | None = None, n_ctx: int = 8192,
                  n_threads: int | None = None, logits_all: bool = False, startup_timeout: float = 300.0,
-                 chat_format: str = "alpaca", command: list[str] | None = None):
+                 chat_format: str = "alpaca", command: list[str] | None = None, n_batch: int | None = None):
         self.model = Path(model) if model else None
+        self.n_batch = n_batch
         self.command = list(command) if command else None
         self.port = port
         self.n_ctx, self.n_threads, self.logits_all = n_ctx, n_threads, logits_all
@@ -275,12 +280,15 @@ class LocalServer:
             raise LLMError(f"port {self.port} on 127.0.0.1 is already in use; pass another port, or port=None "
                            "to pick a free one.", "config")
         self.port = self.port or _free_port()
-        command = [*(self.command or [sys.executable, "-m", "llama_cpp.server"]), "--model", str(model),
+        # fabnb._llama_server is llama-cpp-python's server with logprobs computed in row blocks (memory).
+        command = [*(self.command or [sys.executable, "-m", "fabnb._llama_server"]), "--model", str(model),
                    "--model_alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(self.port),
                    "--n_ctx", str(self.n_ctx), "--chat_format", self.chat_format,
                    "--logits_all", str(self.logits_all).lower(), "--verbose", "false"]
         if self.n_threads:
             command += ["--n_threads", str(self.n_threads)]
+        if self.n_batch:
+            command += ["--n_batch", str(self.n_batch), "--n_ubatch", str(self.n_batch)]
         fd, name = tempfile.mkstemp(prefix="fabnb-llama-", suffix=".log")
         self.log_path = Path(name)
         self.process = subprocess.Popen(command, stdout=fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -368,29 +376,52 @@ class LocalServer:
         self.stop()
 
 
-_shared: dict[bool, LocalServer] = {}
+_shared: dict[tuple, LocalServer] = {}
 _shared_lock = threading.Lock()
 
 
-def shared_server(logits_all: bool = False) -> LocalServer:
-    """One local server per process (and per ``logits_all``), started on first use and stopped at exit."""
+def shared_server(logits_all: bool = False, n_ctx: int = 8192, n_batch: int | None = None) -> LocalServer:
+    """One local server per process (and per ``logits_all`` and ``n_ctx``), started on first use, stopped at exit.
+
+    With ``logits_all`` the server keeps the logits of every prompt token: about 1 MB per token with
+    Gemma's 262k vocabulary, plus a batch's worth at once: a judge server for a 2 GB machine (Binder)
+    wants ``n_ctx=1024, n_batch=128`` (measured: 1.3 GB after a 706-token prompt, against 2.1 GB with
+    llama.cpp's default batch of 512).
+    """
     with _shared_lock:
-        server = _shared.get(logits_all)
+        key = (bool(logits_all), int(n_ctx), n_batch)
+        server = _shared.get(key)
         if server is None or not server.running:
-            server = _shared[logits_all] = LocalServer(logits_all=logits_all).start()
+            server = _shared[key] = LocalServer(logits_all=logits_all, n_ctx=n_ctx, n_batch=n_batch).start()
             atexit.register(server.stop)
         return server
 
 
-def default_llm(logprobs: bool = False, **kwargs) -> LLM:
+def stop_shared_servers() -> int:
+    """Stop every shared embedded server (their memory comes back); returns how many were running.
+
+    The next :func:`default_llm` call starts a fresh one. On a small machine, stop the answering
+    server before the judging one starts.
+    """
+    with _shared_lock:
+        running = [s for s in _shared.values() if s.running]
+        for server in running:
+            server.stop()
+        _shared.clear()
+        return len(running)
+
+
+def default_llm(logprobs: bool = False, n_ctx: int | None = None, n_batch: int | None = None, **kwargs) -> LLM:
     """The configured endpoint (``FABNB_LLM_*`` / ``OPENAI_*``), else the embedded local model.
 
     ``logprobs=True`` asks for an embedded server that returns logprobs (slower; for judging).
+    ``n_ctx`` and ``n_batch`` set the embedded server's context window (default 8192 tokens) and
+    decoding batch (:class:`LocalServer`); they do not apply to a configured endpoint.
     """
     configured = LLM.from_env(**kwargs)
     if configured is not None:
         return configured
-    return shared_server(logits_all=logprobs).llm(**kwargs)
+    return shared_server(logits_all=logprobs, n_ctx=n_ctx or 8192, n_batch=n_batch).llm(**kwargs)
 
 
 def serve(port: int | None = None, n_ctx: int = 8192) -> None:

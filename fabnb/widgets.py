@@ -25,7 +25,7 @@ import traitlets
 
 from .rating import RatingError
 
-__all__ = ['CorpusInspector', 'QACurator', 'RatingPanel']
+__all__ = ['CorpusInspector', 'QACurator', 'RatingPanel', 'download_link']
 
 
 def _asset(name: str) -> str:
@@ -319,3 +319,26 @@ class CorpusInspector(_View):
     def _do_search(self, c):
         self.query = str(c.get("query", ""))
         self.results = _jsonable(self.session.search(self.query).to_dict("records"))
+
+
+def download_link(path: str | Path):
+    """A link that downloads ``path`` from the notebook: the file, or a folder as one zip archive.
+
+    On Binder the session is temporary: this is how results leave it. A folder is zipped
+    next to itself (``<folder>.zip``, replaced on each call).
+
+    Returns
+    -------
+    IPython.display.FileLink
+        Shown as a link in the notebook; its ``path`` is what downloads.
+    """
+    import shutil
+
+    from IPython.display import FileLink
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist yet: run the cells above that write it first.")
+    if path.is_dir():
+        path = Path(shutil.make_archive(str(path), "zip", root_dir=path))
+    return FileLink(str(path), result_html_prefix="Download: ")

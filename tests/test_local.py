@@ -152,3 +152,19 @@ def test_a_broken_model_file_fails_with_the_servers_words(tmp_path):
     with pytest.raises(LLMError, match="died while starting: exit code") as info:
         LocalServer(model=bad, startup_timeout=60).start()
     assert info.value.cause == "server-died"
+
+
+@pytest.mark.model
+def test_logprobs_rows_computed_when_read_equal_llama_cpps_own():
+    """fabnb._llama_server computes log-probabilities row by row when read: the same values, less memory."""
+    import numpy as np
+    from llama_cpp import Llama
+
+    import fabnb._llama_server as patched
+
+    logits = np.random.default_rng(0).normal(size=(40, 300)).astype(np.single)
+    full = patched._original(logits)
+    lazy = Llama.logits_to_logprobs(logits)  # the server module replaced it on import
+    assert isinstance(lazy, patched.RowLogprobs) and len(lazy) == 40
+    assert np.array_equal(np.stack(list(lazy[7:])), full[7:]) and np.array_equal(lazy[3], full[3])
+    assert np.array_equal(Llama.logits_to_logprobs(logits[5]), full[5])  # 1-D calls are unchanged

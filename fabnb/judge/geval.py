@@ -367,7 +367,7 @@ def score_store(path: str | Path) -> ResultsStore:
 
 def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, metrics=METRICS, replicates: int = 1,
                   logprobs: bool = True, temperature: float = 0.0, reason_chars: int = 400,
-                  error_policy: str = "record", progress: bool = True) -> JudgeRun:
+                  error_policy: str = "record", progress: bool = True, max_answer_tokens: int = 3000) -> JudgeRun:
     """Score every answered cell of a RAG results frame on the six metrics, into a score store.
 
     Parameters
@@ -391,6 +391,9 @@ def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, me
     reason_chars : int
         Longest reason the judge may write (a small local judge is slow per token).
     error_policy : {"record", "raise"}
+    max_answer_tokens : int
+        Longer answers are cut to this many tokens before judging (the score records
+        ``truncated``); keeps judge prompts within a small judge server's context.
 
     Returns
     -------
@@ -434,7 +437,7 @@ def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, me
                                          expected=str(q.get("ground_truth_answer", "")),
                                          question_format=str(q.get("question_format", "SUBJECTIVE")),
                                          sources=sources, logprobs=logprobs, temperature=temperature,
-                                         reason_chars=reason_chars)
+                                         reason_chars=reason_chars, max_answer_tokens=max_answer_tokens)
                 record = {**key, "status": "ok", "cause": "", "error": "", **out}
             except JudgeError as exc:
                 record = {**key, "status": "error", "cause": exc.cause, "error": str(exc)}

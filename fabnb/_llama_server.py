@@ -1,0 +1,56 @@
+"""llama-cpp-python's OpenAI-compatible server, with log-probabilities computed row by row when read.
+
+llama-cpp-python 0.3.x answers a request for logprobs by turning the logits of *every*
+evaluated token into log-probabilities in one call (``Llama.logits_to_logprobs(self._scores)``),
+then keeps only the rows of the generated tokens. That call makes four temporary arrays of the
+whole ``tokens x vocabulary`` matrix: with Gemma's 262,144-token vocabulary, about 4 MB per
+prompt token on top of the 1 MB the logits take. A 430-token judge prompt took the server to
+2.6 GB (measured), more than a Binder session has. Here a 2-D call returns the rows lazily: each
+row is computed by the same function when the caller reads it, and only the generated tokens'
+rows are read. One-dimensional calls (the streaming paths) are unchanged.
+
+Started by :class:`fabnb.local.LocalServer` as ``python -m fabnb._llama_server`` with
+llama-cpp-python's own flags.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llama_cpp import llama as _llama
+
+_original = _llama.Llama.logits_to_logprobs
+
+
+class RowLogprobs:
+    """Rows of log-probabilities of a logits matrix, each computed when it is read (slice, index, iterate)."""
+
+    def __init__(self, logits: np.ndarray, rows: range | None = None):
+        self.logits = logits
+        self.rows = range(len(logits)) if rows is None else rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            return RowLogprobs(self.logits, self.rows[key])
+        return _original(self.logits[self.rows[key]])
+
+    def __iter__(self):
+        return (_original(self.logits[i]) for i in self.rows)
+
+
+def logits_to_logprobs_by_row(logits, axis: int = -1):
+    """:meth:`llama_cpp.Llama.logits_to_logprobs`; for a 2-D matrix, its rows computed when read."""
+    array = np.asarray(logits)
+    if array.ndim == 2 and axis in (-1, 1):
+        return RowLogprobs(array)
+    return _original(logits, axis=axis)
+
+
+_llama.Llama.logits_to_logprobs = staticmethod(logits_to_logprobs_by_row)
+
+if __name__ == "__main__":
+    from llama_cpp.server.__main__ import main
+
+    main()
