@@ -5,7 +5,7 @@ and 1, and empty frames go through every public function of ``fabnb.analysis`` a
 ``fabnb.plots``; counts from 0 to n go through the statistics and the RAG-TESTER failure
 tables. Each call returns a result, or raises ``ValueError`` (or a ``FabnbError``) that
 says what is missing; an interval always contains its estimate. Cheap on purpose: at most
-25 examples per property and bootstraps of 50 draws.
+15 examples per property and bootstraps of 50 draws or fewer.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from fabnb import analysis, plots  # noqa: E402
 from fabnb.errors import FabnbError  # noqa: E402
 from fabnb.schema import AVERAGE, METRICS  # noqa: E402
 
-CHEAP = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CHEAP = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CONTEXTS = [4.0, 8.0, 16.0, 28.0, 32.0]
 SCORE = st.one_of(st.sampled_from([0.0, 1.0, 0.5, 0.5, float("nan")]), st.floats(0, 1))
 
@@ -245,7 +245,7 @@ def study_verdicts(draw):
     return pd.DataFrame(rows).reindex(columns=cols)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # nine tables each
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # nine tables each
 @given(study_verdicts())
 def test_study_tables_settle_on_edge_verdicts(verdicts):
     from fabnb.study import TABLES, study_tables
