@@ -66,7 +66,6 @@ def _check_python(rows: list) -> None:
 
 def _check_model(rows: list, start: bool) -> bool | None:
     """The embedded model's rows; returns whether it answered (None: not tried)."""
-
     build = build_report()
     avx2 = build["avx2"]
     _row(rows, "embedded model", "CPU has AVX2", "ok" if avx2 else "fail", cpu_name(),
@@ -102,9 +101,8 @@ def _check_model(rows: list, start: bool) -> bool | None:
     try:
         server.start()  # ends with a tiny completion, never from the cache
     except Exception as exc:  # noqa: BLE001
-        lines = str(exc).splitlines()
-        fix = next((line[5:] for line in lines if line.startswith("Fix: ")), "run `fabnb serve-local` to see its log")
-        _row(rows, "embedded model", "starts and answers", "fail", lines[0][:300], fix)
+        fix = getattr(exc, "fix", "run `fabnb serve-local` to see its log")
+        _row(rows, "embedded model", "starts and answers", "fail", str(exc).splitlines()[0][:300], fix)
         return False
     finally:
         server.stop()
@@ -115,8 +113,6 @@ def _check_model(rows: list, start: bool) -> bool | None:
 
 def _check_endpoint(rows: list, llm) -> bool:
     """The configured endpoint's rows; returns whether it answered a completion."""
-
-
     where = f"{llm.model} at {llm.base_url}"
     probe = llm.with_defaults()
     probe.cache, probe.max_retries, probe.timeout = None, 0, 20.0

@@ -70,12 +70,8 @@ class LLMError(CausedError, RuntimeError):
         self.attempts = attempts
 
 
-class _BadReply(Exception):
-    """A 200 reply that is not a chat completion; classified with the transport errors."""
-
-    def __init__(self, message: str, cause: str):
-        super().__init__(message)
-        self.cause = cause
+class _BadReply(CausedError):
+    """A 200 reply that is not a chat completion; classified with the transport errors (never escapes)."""
 
 
 @dataclass(frozen=True)
@@ -184,7 +180,6 @@ def default_cache_path() -> Path:
     """``$FABNB_CACHE_DIR/llm.sqlite`` (default ``~/.cache/fabnb/llm.sqlite``)."""
     # Lazy: fabnb.datasets imports pandas (0.6 s); fabnb.llm itself loads in about 30 ms.
     from .datasets import cache_dir
-
 
     return cache_dir() / "llm.sqlite"
 
@@ -376,11 +371,6 @@ class LLM:
         """
         import openai
 
-        if self.server_check is not None:
-            dead = self.server_check()
-            if dead is not None:  # no retry storm against a process that is gone
-                dead.attempts = attempt
-                return dead, None
         status = getattr(exc, "status_code", None)
         if isinstance(exc, _BadReply):
             cause = exc.cause
@@ -397,6 +387,12 @@ class LLM:
             cause = "bad-body"
         else:
             raise exc  # a bug of ours, not a server fault: let it surface as it is
+        if cause == "connection" and self.server_check is not None:
+            # A process that died drops its connections: no retry storm against it.
+            dead = self.server_check()
+            if dead is not None:
+                dead.attempts = attempt
+                return dead, None
         text = self._sanitize(str(exc))[:500]
         error = LLMError(f"{self.model} at {self.base_url}: {cause} after {attempt} attempt(s): {text}",
                          cause, status, attempt)

@@ -110,27 +110,25 @@ def model_path() -> Path:
     return Path(assemble())
 
 
-def cpu_flags() -> set[str]:
-    """The CPU flags the kernel lists in ``/proc/cpuinfo`` (empty where there is no such file)."""
+def _cpuinfo(field: str) -> str | None:
+    """The first value of ``field`` in ``/proc/cpuinfo`` (None where there is no such file or field)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
+            if line.startswith(field):
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return set()
+    return None
+
+
+def cpu_flags() -> set[str]:
+    """The CPU flags the kernel lists in ``/proc/cpuinfo`` (empty where there is no such file)."""
+    return set((_cpuinfo("flags") or "").split())
 
 
 def cpu_name() -> str:
     """The CPU's model name from ``/proc/cpuinfo`` (the machine type where there is none)."""
-
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def build_report() -> dict:
@@ -148,7 +146,6 @@ def build_report() -> dict:
         installed (bool), version (str or None), libraries (list of paths), native_instructions
         (int, or None where objdump is missing), portable (bool or None), avx2 (bool: this CPU).
     """
-
     report = {"installed": False, "version": None, "libraries": [], "native_instructions": None,
               "portable": None, "avx2": "avx2" in cpu_flags()}
     spec = importlib.util.find_spec("llama_cpp")
@@ -218,7 +215,7 @@ class LocalServer:
         logits for a whole batch at once (1 MB per token), so a smaller batch saves memory.
     command : list of str, optional
         What starts the server (default: this Python's ``-m fabnb._llama_server``, llama-cpp-python's
-        server computing logprobs in row blocks); the model,
+        server computing logprob rows only when read); the model,
         host, port and settings are appended as llama-cpp-python's server flags. For tests
         with a stand-in server.
     chat_format : str
@@ -280,7 +277,7 @@ class LocalServer:
             raise LLMError(f"port {self.port} on 127.0.0.1 is already in use; pass another port, or port=None "
                            "to pick a free one.", "config")
         self.port = self.port or _free_port()
-        # fabnb._llama_server is llama-cpp-python's server with logprobs computed in row blocks (memory).
+        # fabnb._llama_server is llama-cpp-python's server with logprob rows computed only when read (memory).
         command = [*(self.command or [sys.executable, "-m", "fabnb._llama_server"]), "--model", str(model),
                    "--model_alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(self.port),
                    "--n_ctx", str(self.n_ctx), "--chat_format", self.chat_format,
@@ -337,11 +334,15 @@ class LocalServer:
             return None
         if returncode is None:
             return None
-        how = describe_exit(returncode)
-        name = how.split()[1] if returncode < 0 else ""
+        try:
+            name = signal.Signals(-returncode).name if returncode < 0 else ""
+        except ValueError:
+            name = ""
         fix = _SIGNAL_HINTS.get(name, "see the server's log above; `fabnb doctor` checks the installation")
-        return LLMError(f"the embedded llama.cpp server ({MODEL_ALIAS}) died {when}: {how}.\n"
-                        f"Fix: {fix}\nLast lines of its log ({self.log_path}):\n{self._log_tail()}", "server-died")
+        error = LLMError(f"the embedded llama.cpp server ({MODEL_ALIAS}) died {when}: {describe_exit(returncode)}.\n"
+                         f"Fix: {fix}\nLast lines of its log ({self.log_path}):\n{self._log_tail()}", "server-died")
+        error.fix = fix  # for `fabnb doctor`'s fix column
+        return error
 
     def _log_tail(self, lines: int = 15) -> str:
         try:
@@ -381,12 +382,12 @@ _shared_lock = threading.Lock()
 
 
 def shared_server(logits_all: bool = False, n_ctx: int = 8192, n_batch: int | None = None) -> LocalServer:
-    """One local server per process (and per ``logits_all`` and ``n_ctx``), started on first use, stopped at exit.
+    """One local server per process and per settings (``logits_all``, ``n_ctx``, ``n_batch``), stopped at exit.
 
     With ``logits_all`` the server keeps the logits of every prompt token: about 1 MB per token with
     Gemma's 262k vocabulary, plus a batch's worth at once: a judge server for a 2 GB machine (Binder)
-    wants ``n_ctx=1024, n_batch=128`` (measured: 1.3 GB after a 706-token prompt, against 2.1 GB with
-    llama.cpp's default batch of 512).
+    wants ``n_ctx=1024, n_batch=128`` (measured on llama-cpp-python's own server: 1.3 GB after a
+    706-token prompt, against 2.1 GB with llama.cpp's default batch of 512).
     """
     with _shared_lock:
         key = (bool(logits_all), int(n_ctx), n_batch)

@@ -16,6 +16,7 @@ Tests drive :meth:`handle` without a browser.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -332,9 +333,7 @@ def download_link(path: str | Path):
     IPython.display.FileLink
         Shown as a link in the notebook; its ``path`` is what downloads.
     """
-    import shutil
-
-    from IPython.display import FileLink
+    from IPython.display import FileLink  # lazy: only a notebook needs it
 
     path = Path(path)
     if not path.exists():
