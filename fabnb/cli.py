@@ -4,6 +4,9 @@
 FAB-Bench paper from its published numbers (or, with ``--scores FILE``, the same
 analyses of a user's own score CSV).
 
+``fabnb run FILE`` runs a whole experiment from a TOML file (``--dry-run``: the plan only);
+run it again to resume.
+
 ``fabnb serve-local`` serves the embedded model on loopback until interrupted.
 
 ``fabnb doctor`` tells what works on this machine (exit status 1 when the default LLM
@@ -41,6 +44,21 @@ def _reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> int:
+    from .errors import FabnbError
+    from .experiment import Experiment, run_experiment
+
+    start = time.perf_counter()
+    try:
+        exp = Experiment.from_file(args.file, output=args.out)
+        run = run_experiment(exp, dry_run=args.dry_run, probe=not args.no_probe, progress=not args.no_progress)
+    except FabnbError as exc:
+        print(f"fabnb run: {exc}", file=sys.stderr)
+        return 2
+    print(f"({time.perf_counter() - start:.1f} s)")
+    return 0 if run.status in ("finished", "dry-run") else 3
+
+
 def _serve_local(args: argparse.Namespace) -> int:
     from .llm import LLMError
     from .local import serve
@@ -73,6 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", default="fabnb-reproduction", help="output folder (default: %(default)s)")
     rep.add_argument("--scores", metavar="CSV", help="analyse this score file instead of the published numbers")
     rep.set_defaults(run=_reproduce)
+    run = sub.add_parser("run", help="run a whole experiment from a TOML file (plan, answers, judge, report)")
+    run.add_argument("file", help="the experiment file (see examples/offline.toml)")
+    run.add_argument("--dry-run", action="store_true", help="print the plan (calls, tokens, cost, time) and stop")
+    run.add_argument("--out", help="output folder (default: the file's output)")
+    run.add_argument("--no-probe", action="store_true", help="do not measure the endpoints with a probe call")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.set_defaults(run=_run)
     loc = sub.add_parser("serve-local", help="serve the embedded Gemma 3 270M on 127.0.0.1 (OpenAI-compatible)")
     loc.add_argument("--port", type=int, help="port (default: a free one)")
     loc.add_argument("--n-ctx", type=int, default=8192, help="context window in tokens (default: %(default)s)")

@@ -228,6 +228,9 @@ class LLM:
         Called after a failed request; returns an :class:`LLMError` when the server is known
         to be gone (:meth:`fabnb.local.LocalServer.death`), which then ends the call at once
         instead of retrying.
+    cache_as : str, optional
+        The endpoint's name in cache keys instead of ``base_url``: the embedded model is
+        served at a new port in every process, and its answers are the same on each.
 
     Examples
     --------
@@ -239,7 +242,7 @@ class LLM:
     def __init__(self, model: str, base_url: str, api_key: str | None = None, *, cache=True,
                  timeout: float = 120.0, max_retries: int = 4, backoff: float = 1.0, concurrency: int = 8,
                  prices: dict | None = None, defaults: dict | None = None, schema_style: str = "openai",
-                 server_check=None):
+                 server_check=None, cache_as: str | None = None):
         if schema_style not in ("openai", "llama.cpp"):
             raise ValueError(f"schema_style must be 'openai' or 'llama.cpp', not {schema_style!r}")
         self.schema_style = schema_style
@@ -261,6 +264,7 @@ class LLM:
         self._clients: dict = {}
         #: ``server_check()`` returns an LLMError when the server process is gone (the embedded model).
         self.server_check = server_check
+        self.cache_as = cache_as
 
     @classmethod
     def from_env(cls, **kwargs) -> "LLM | None":
@@ -320,7 +324,7 @@ class LLM:
                 and "schema" in fmt:
             merged["response_format"] = {"type": "json_schema",
                                          "json_schema": {"name": "response", "schema": fmt["schema"]}}
-        return messages, merged, request_key(self.base_url, self.model, messages, merged)
+        return messages, merged, request_key(self.cache_as or self.base_url, self.model, messages, merged)
 
     def _cost(self, prompt: int, completion: int) -> float | None:
         if not self.prices:

@@ -368,6 +368,8 @@ class LocalServer:
         kwargs.setdefault("concurrency", 1)  # one llama.cpp slot: requests queue anyway
         kwargs.setdefault("schema_style", "llama.cpp")
         kwargs.setdefault("server_check", self.death)
+        if self.command is None and self.model is None:  # the shipped model: the same answers whatever the port
+            kwargs.setdefault("cache_as", f"embedded:{MODEL_ALIAS}:{self.chat_format}")
         return LLM(MODEL_ALIAS, self.base_url, **kwargs)
 
     def __enter__(self) -> "LocalServer":

@@ -84,4 +84,5 @@ SCORE_RECORD_KEYS: tuple[str, ...] = ("system", "model", "context_k", "mode", "t
 #: The columns of a score store's frame, in order.
 SCORE_RECORD_COLUMNS: list[str] = [*SCORE_RECORD_KEYS, "status", "score", "raw_score", "weighted_score", "scoring",
                                    "scoring_note", "reason", "variant", "context_basis", "judge_model",
-                                   "rubric_version", "injection_flag", "truncated", "cause", "error", "ts"]
+                                   "rubric_version", "injection_flag", "truncated", "prompt_tokens",
+                                   "completion_tokens", "cached", "cause", "error", "ts"]

@@ -42,6 +42,7 @@ class StubServer:
     def __init__(self, reply=echo, delay: float = 0.0):
         self.reply, self.delay = reply, delay
         self.requests: list[dict] = []
+        self.served: list[dict] = []  # requests whose whole reply was written (a finished call)
         self.headers: list[dict] = []
         self.paths: list[str] = []
         self._lock = threading.Lock()
@@ -76,6 +77,9 @@ class StubServer:
                     self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(data)
+                self.wfile.flush()
+                with stub._lock:
+                    stub.served.append(body)
 
             def log_message(self, *args):
                 pass

@@ -54,10 +54,15 @@ def reason_score_schema(reason_chars: int = 400) -> dict:
     The score is an enum: grammar-constrained servers (llama.cpp) enforce an enum, not
     minimum/maximum. The reason excludes quotes, backslashes and control characters; a
     grammar otherwise lets a raw newline into the string, which strict JSON parsers refuse.
+    The length limit is in the pattern too: llama.cpp's converter reads the pattern and then
+    ignores ``maxLength``, and a small judge would ramble to ``max_tokens`` and break the JSON.
+
+    >>> reason_score_schema(120)["properties"]["reason"]["pattern"].endswith("{1,120}$")
+    True
     """
     return {"type": "object",
             "properties": {"reason": {"type": "string", "maxLength": int(reason_chars),
-                                      "pattern": '^[^"\\\\\\x00-\\x1f]+$'},
+                                      "pattern": '^[^"\\\\\\x00-\\x1f]{1,%d}$' % int(reason_chars)},
                            "score": {"type": "integer", "enum": list(range(SCALE[0], SCALE[1] + 1))}},
             "required": ["reason", "score"]}
 
@@ -275,7 +280,8 @@ async def score_answer(llm, metric: str, *, question: str, answer: str, expected
     dict
         score (0-1), raw_score (0-10 integer), weighted_score (0-10 or None), scoring
         (``weighted`` / ``integer``), scoring_note, reason, variant, context_basis,
-        judge_model, rubric_version, injection_flag, truncated.
+        judge_model, rubric_version, injection_flag, truncated, and the judge call's
+        prompt_tokens, completion_tokens and cached (absent for an empty answer: no call).
 
     Raises
     ------
@@ -316,6 +322,7 @@ async def score_answer(llm, metric: str, *, question: str, answer: str, expected
     except (ValueError, TypeError) as exc:
         raise JudgeError(f"the judge's output is not the JSON asked for: {str(exc)[:200]}", "not-json") from None
     done = model.last
+    base.update(prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens, cached=done.cached)
     raw, reason = read_judgement(done.text)
     found = weighted_score(int(raw), done.logprobs)
     if found is not None:
@@ -354,10 +361,11 @@ class JudgeRun:
     failed: int
     seconds: float
     failures: pd.DataFrame = field(default_factory=pd.DataFrame)
+    deferred: int = 0
 
     def __repr__(self) -> str:
         return (f"JudgeRun(scored={self.scored}, skipped={self.skipped}, failed={self.failed}, "
-                f"seconds={self.seconds:.1f})")
+                f"seconds={self.seconds:.1f}" + (f", deferred={self.deferred})" if self.deferred else ")"))
 
 
 def score_store(path: str | Path) -> ResultsStore:
@@ -367,7 +375,8 @@ def score_store(path: str | Path) -> ResultsStore:
 
 def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, metrics=METRICS, replicates: int = 1,
                   logprobs: bool = True, temperature: float = 0.0, reason_chars: int = 400,
-                  error_policy: str = "record", progress: bool = True, max_answer_tokens: int = 3000) -> JudgeRun:
+                  error_policy: str = "record", progress=True, max_answer_tokens: int = 3000,
+                  limit: int | None = None) -> JudgeRun:
     """Score every answered cell of a RAG results frame on the six metrics, into a score store.
 
     Parameters
@@ -391,9 +400,14 @@ def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, me
     reason_chars : int
         Longest reason the judge may write (a small local judge is slow per token).
     error_policy : {"record", "raise"}
+    progress : bool or progress bar
+        True: a bar of its own; an object with ``update(n)`` is updated and left open.
     max_answer_tokens : int
         Longer answers are cut to this many tokens before judging (the score records
         ``truncated``); keeps judge prompts within a small judge server's context.
+    limit : int, optional
+        Make at most this many of the judge calls still to do (a budget's cut); the rest
+        stay for the next run and are counted in ``JudgeRun.deferred``.
 
     Returns
     -------
@@ -412,16 +426,21 @@ def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, me
     done = store.done()
     ok = results[results["status"] == "ok"]
     cells = []
-    for r in ok.to_dict("records"):
-        for metric in metrics:
-            for rep in range(replicates):
+    # Metric by metric: consecutive judge prompts then share their long head (template, steps, rubric),
+    # which a llama.cpp server keeps in its KV cache instead of reading it again.
+    for metric in metrics:
+        for rep in range(replicates):
+            for r in ok.to_dict("records"):
                 key = {**{k: r[k] for k in SCORE_RECORD_KEYS[:5]}, "metric": metric, "replicate": rep}
                 if store.key(key) not in done:
                     cells.append((r, metric, rep, key))
     n_total = len(ok) * len(list(metrics)) * replicates
+    deferred = 0
+    if limit is not None and len(cells) > limit:
+        cells, deferred = cells[:max(0, limit)], len(cells) - max(0, limit)
     failures, start = [], time.perf_counter()
-    bar = None
-    if progress:
+    bar, own_bar = (progress, False) if hasattr(progress, "update") else (None, bool(progress))
+    if own_bar:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(cells), desc="judging")
@@ -454,14 +473,14 @@ def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, me
         await asyncio.gather(*(one(sem, *cell) for cell in cells))
 
     llm.run(main)
-    if bar is not None:
+    if own_bar:
         bar.close()
     if failures and error_policy == "raise":
         f = failures[0]
         raise JudgeError(f"{f['test_id']} / {f['metric']}: {f['error']}", f["cause"])
     cols = [*SCORE_RECORD_KEYS, "cause", "error"]
-    return JudgeRun(len(cells), n_total - len(cells), len(failures), time.perf_counter() - start,
-                    pd.DataFrame(failures, columns=cols) if failures else pd.DataFrame(columns=cols))
+    return JudgeRun(len(cells), n_total - len(cells) - deferred, len(failures), time.perf_counter() - start,
+                    pd.DataFrame(failures, columns=cols) if failures else pd.DataFrame(columns=cols), deferred)
 
 
 def to_score_frame(scores: pd.DataFrame, by=("system", "model", "context_k", "mode", "metric")) -> pd.DataFrame:

@@ -70,21 +70,22 @@ def ask_cell(system, question: dict, config: RAGConfig, mode: str) -> dict:
 
 @dataclass
 class GridRun:
-    """What :func:`run_grid` did: cells asked, skipped (already done), failed, and the time taken."""
+    """What :func:`run_grid` did: cells asked, skipped (already done), failed, deferred (``limit``), the time taken."""
 
     asked: int
     skipped: int
     failed: int
     seconds: float
     failures: pd.DataFrame = field(default_factory=pd.DataFrame)
+    deferred: int = 0
 
     def __repr__(self) -> str:
         return (f"GridRun(asked={self.asked}, skipped={self.skipped}, failed={self.failed}, "
-                f"seconds={self.seconds:.1f})")
+                f"seconds={self.seconds:.1f}" + (f", deferred={self.deferred})" if self.deferred else ")"))
 
 
 def run_grid(systems, questions: pd.DataFrame, configs, store: ResultsStore | str | Path, modes=("A",),
-             concurrency: int = 4, error_policy: str = "record", progress: bool = True) -> GridRun:
+             concurrency: int = 4, error_policy: str = "record", progress=True, limit: int | None = None) -> GridRun:
     """Ask every (system, configuration, mode, question) cell not yet answered, into a results store.
 
     Parameters
@@ -101,7 +102,12 @@ def run_grid(systems, questions: pd.DataFrame, configs, store: ResultsStore | st
     error_policy : {"record", "raise"}
         ``"record"`` stores a failed cell with its cause and goes on (it is asked again on
         the next run); ``"raise"`` stores it, stops asking, and raises :class:`RAGError`.
-    progress : bool
+    progress : bool or progress bar
+        True: a bar of its own; an object with ``update(n)`` (a tqdm bar shared by several
+        stages, as :func:`fabnb.experiment.run_experiment` does) is updated and left open.
+    limit : int, optional
+        Ask at most this many of the cells still to do (a budget's cut); the rest stay for
+        the next run and are counted in ``GridRun.deferred``.
 
     Returns
     -------
@@ -122,8 +128,11 @@ def run_grid(systems, questions: pd.DataFrame, configs, store: ResultsStore | st
     todo = [cell for cell in cells if store.key({"system": cell[0].name, "model": cell[0].model, "mode": cell[3],
                                                  "context_k": cell[2].context_k, "test_id": cell[1]["test_id"]})
             not in done]
-    bar = None
-    if progress:
+    deferred = 0
+    if limit is not None and len(todo) > limit:
+        todo, deferred = todo[:max(0, limit)], len(todo) - max(0, limit)
+    bar, own_bar = (progress, False) if hasattr(progress, "update") else (None, bool(progress))
+    if own_bar:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(todo), desc="RAG grid")
@@ -155,14 +164,14 @@ def run_grid(systems, questions: pd.DataFrame, configs, store: ResultsStore | st
                 store.append(record)  # written as it arrives: a kill loses at most the cells in flight
                 if bar is not None:
                     bar.update(1)
-    if bar is not None:
+    if own_bar:
         bar.close()
     if stop is not None:
         raise RAGError(f"{stop['system']} / {stop['model']} / {stop['context_k']}K / mode {stop['mode']} / "
                        f"{stop['test_id']}: {stop['error']}", stop["cause"])
     cols = [*RESULT_KEYS, "cause", "error"]
-    return GridRun(len(todo), len(cells) - len(todo), len(failures), time.perf_counter() - start,
-                   pd.DataFrame(failures, columns=cols) if failures else pd.DataFrame(columns=cols))
+    return GridRun(len(todo), len(cells) - len(todo) - deferred, len(failures), time.perf_counter() - start,
+                   pd.DataFrame(failures, columns=cols) if failures else pd.DataFrame(columns=cols), deferred)
 
 
 def mode_pairs(results: pd.DataFrame) -> pd.DataFrame:
