@@ -225,14 +225,21 @@ def test_a_dry_run_probes_prints_the_plan_and_writes_nothing(tmp_path, stub):
     assert all(not r.get("response_format") for r in stub.requests)  # probes only: no judge call
 
 
-def test_the_paper_scale_plan_prints_in_seconds(tmp_path, stub):
-    path = write_file(tmp_path, sample='"all"', windows='"paper"', modes='["A"]', metrics='"all"')
-    exp = Experiment.from_file(path)
+def test_the_paper_example_reads_and_plans_at_the_papers_scale(monkeypatch, tmp_path):
+    for var in ("DEEPSEEK_BASE_URL", "GEMINI_BASE_URL", "QWEN_BASE_URL"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9/v1")
+    for var in ("DEEPSEEK_API_KEY", "GEMINI_API_KEY", "QWEN_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.setenv(var, CANARY)
+    exp = Experiment.from_file(ROOT / "examples" / "paper.toml", output=tmp_path / "paper")
+    exp.check_environment()
     start = time.perf_counter()
     p = plan(exp)
     seconds = time.perf_counter() - start
-    assert int(p.table["calls"].sum()) == 200 * 11 + 200 * 11 * 6
-    assert seconds < 30, seconds  # the benchmark records the figure; this only catches a blow-up
+    answers = 200 * 11 * 2 * 3  # questions x windows x modes x systems
+    assert int(p.table["calls"].sum()) == answers + answers * 6
+    assert p.total_cost is not None and p.total_cost > 0 and "unknown" not in p.table["price"].tolist()
+    assert seconds < 60, seconds  # the benchmark records the figure; this only catches a blow-up
+    assert not (tmp_path / "paper").exists()
 
 
 # --------------------------------------------------------------- the run
