@@ -237,8 +237,10 @@ def qa_schema(plan: "FormatPlan", max_tokens: int | None = None) -> dict:
     if plan.question_format == "OBJECTIVE":
         # Not ".+": grammar converters (llama.cpp) read "." as any character, quotes included,
         # which lets the string swallow its own closing quote. JSON string characters only.
-        prefix = re.escape(OBJECTIVE_SUBTYPES[plan.subtype][1])
-        props["question"]["pattern"] = f'^{prefix} [^"\\\\]+$'
+        # The length limit goes into the pattern: llama.cpp's converter reads a pattern and ignores maxLength.
+        raw = OBJECTIVE_SUBTYPES[plan.subtype][1]
+        limit = max(10, props["question"]["maxLength"] - len(raw) - 1)
+        props["question"]["pattern"] = f'^{re.escape(raw)} [^"\\\\]{{1,{limit}}}$'
     return {**QA_SCHEMA, "properties": props}
 
 

@@ -117,6 +117,17 @@ def test_prompt_modules():
     assert "DIVERSITY" not in two[1]["content"]  # only when s > 2
 
 
+def test_an_objective_questions_length_limit_is_in_its_pattern():
+    """llama.cpp's grammar converter reads a string's pattern and ignores its maxLength."""
+    import re
+
+    schema = G.qa_schema(G.FormatPlan("OBJECTIVE", subtype="Fill"), max_tokens=200)
+    question = schema["properties"]["question"]
+    limit = question["maxLength"]
+    assert re.fullmatch(question["pattern"], "[Fill] " + "x" * (limit - 7))
+    assert not re.fullmatch(question["pattern"], "[Fill] " + "x" * (limit - 6))
+
+
 # ------------------------------------------------------------ validation
 
 CTX = "The optimal window was between 600 V and 1200 V. Etch per cycle reached 5 angstrom."

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -10,7 +11,7 @@ import pandas as pd
 
 from ..llm import LLMError
 from .config import PROMPT_OVERHEAD, SYSTEM_PROMPT, RAGConfig, RAGError, count_tokens, truncate_tokens
-from .retrievers import Retriever, make_retriever, select_context
+from .retrievers import Retriever, make_retriever, pick_context
 
 __all__ = ['Answer', 'RAGSystem', 'ReferenceRAG', 'check_answer', 'check_budget', 'context_prompt']
 
@@ -105,23 +106,52 @@ class ReferenceRAG:
         self.llm = llm
         self.name = name or f"reference-{self.retriever.name}"
         self.model = llm.model
+        self._hits: dict = {}
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"ReferenceRAG(name={self.name!r}, model={self.model!r}, {len(self.retriever.chunks)} chunks)"
 
-    def retrieve(self, question: str, config: RAGConfig) -> pd.DataFrame:
-        """The chunks that would go into the prompt for this question and configuration."""
+    def _ranked(self, question: str) -> tuple[pd.DataFrame, list[dict]]:
+        # The retriever's hits, kept for the next call (as a frame and as records): a grid asks each
+        # question at every window, and the ranking does not depend on the window.
+        with self._lock:
+            found = self._hits.get(question)
+        if found is None:
+            hits = self.retriever.search(question)
+            found = (hits, hits.to_dict("records"))
+            with self._lock:
+                if len(self._hits) >= 1024:
+                    self._hits.pop(next(iter(self._hits)))
+                self._hits[question] = found
+        return found
+
+    def _pick(self, question: str, config: RAGConfig) -> tuple[pd.DataFrame, list[dict], list[int]]:
         q = check_budget(question, config)
-        return select_context(self.retriever.search(question), config.input_budget - q - PROMPT_OVERHEAD,
-                              config.n_snippets, config.threshold)
+        hits, records = self._ranked(question)
+        used = pick_context([r["score"] for r in records], [r["n_tokens"] for r in records],
+                            config.input_budget - q - PROMPT_OVERHEAD, config.n_snippets, config.threshold)
+        return hits, records, used
+
+    def retrieve(self, question: str, config: RAGConfig) -> pd.DataFrame:
+        """The chunks that would go into the prompt for this question and configuration.
+
+        Returns
+        -------
+        DataFrame
+            rank, chunk_id, doc_id, score, n_tokens, text (:func:`select_context`).
+        """
+        hits, _, used = self._pick(question, config)
+        return hits.iloc[used].reset_index(drop=True)
 
     def ask(self, question: str, config: RAGConfig, gold_context: str | None = None) -> Answer:
 
         if gold_context is None:
-            used = self.retrieve(question, config)
-            context = "\n\n".join(used["text"])
-            sources = [{"id": r.chunk_id, "doc_id": r.doc_id, "text": r.text, "score": float(r.score)}
-                       for r in used.itertuples()]
+            _, records, used = self._pick(question, config)
+            chosen = [records[i] for i in used]
+            context = "\n\n".join(r["text"] for r in chosen)
+            sources = [{"id": r["chunk_id"], "doc_id": r["doc_id"], "text": r["text"], "score": float(r["score"])}
+                       for r in chosen]
         else:
             q = check_budget(question, config)
             context, _ = truncate_tokens(gold_context, config.input_budget - q - PROMPT_OVERHEAD)
