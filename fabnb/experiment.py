@@ -306,7 +306,9 @@ class Experiment:
             raise ExperimentError(f"{where}: name = \"...\" is required (it marks the output folder as this "
                                   "experiment's).")
         base = Path(base) if base is not None else Path.cwd()
-        out = Path(output) if output is not None else data.get("output")
+        # An output given here (``fabnb run --out``) is relative to where the command runs; the file's own
+        # ``output`` is relative to the file.
+        out = Path(output).absolute() if output is not None else data.get("output")
         if out is None:
             raise ExperimentError(f"{where}: output = \"folder\" is required (answers, scores and the report go "
                                   "there).")
@@ -1207,7 +1209,7 @@ def write_report(exp: Experiment, questions: pd.DataFrame | None = None) -> Path
     ``report/`` (:func:`fabnb.report.reproduce` on these scores), from the stores as they are."""
     from .judge import reference_scores, to_score_frame
     from .report import reproduce
-    from .scores import ScoreError, check_scores
+    from .scores import ScoreError, check_scores, with_average
 
     questions = exp.questions() if questions is None else questions
     out = exp.output
@@ -1247,7 +1249,7 @@ def write_report(exp: Experiment, questions: pd.DataFrame | None = None) -> Path
                 mode="A", model=lambda f: f["model"] + " (paper)")], ignore_index=True)
         try:
             # An experiment may judge fewer than six metrics; the average is then over those it judged.
-            checked = check_scores(frame, f"the scores of {exp.name}", require_all_metrics=False)
+            checked = with_average(check_scores(frame, f"the scores of {exp.name}", require_all_metrics=False))
             reproduce(report_dir, scores=checked, source=f"the judge scores of {exp.name} (mode {mode})")
         except (ScoreError, ValueError, KeyError, IndexError) as exc:
             note = f"The analyses need more scores than the stores hold yet ({type(exc).__name__}: {exc})."

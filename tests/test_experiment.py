@@ -273,6 +273,15 @@ def test_a_run_writes_answers_scores_manifest_report_and_never_the_key(tmp_path,
     assert CANARY not in repr(run) and CANARY not in repr(exp)
 
 
+def test_the_report_can_put_the_papers_models_beside_yours(tmp_path, stub):
+    path = write_file(tmp_path, sample=2, windows="[4, 8, 16]", modes='["A"]', metrics='"all"')
+    path.write_text(path.read_text() + "\n[report]\ncompare_published = true\n")
+    run = run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    fits = pd.read_csv(run.output / "report" / "tables" / "log_fits.csv")
+    assert set(fits["model"]) == {"ref", "Gemini-2.5-Flash (paper)", "Qwen-Plus (paper)", "DeepSeek-v3.2-Exp (paper)"}
+    assert "0.700 (n = 2 / 2)" in run.report.read_text()
+
+
 def test_a_rerun_asks_nothing_and_new_windows_ask_only_their_cells(tmp_path, stub):
     path = write_file(tmp_path)
     run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
