@@ -3,6 +3,7 @@
 - :class:`RatingPanel` over :class:`fabnb.rating.RatingSession`
 - :class:`QACurator` over :class:`fabnb.curation.CurationSession`
 - :class:`CorpusInspector` over :class:`fabnb.corpus.CorpusSession`
+- :class:`ResultsExplorer` over :class:`fabnb.explorer.Explorer`
 
 The front end (``widgets/*.js`` and ``*.css`` in the source tree, ``fabnb/_widgets`` in
 the wheel) is plain ES modules with no imports: nothing is fetched at run time. It
@@ -26,7 +27,7 @@ import traitlets
 
 from .rating import RatingError
 
-__all__ = ['CorpusInspector', 'QACurator', 'RatingPanel', 'download_link']
+__all__ = ['CorpusInspector', 'QACurator', 'RatingPanel', 'ResultsExplorer', 'download_link']
 
 
 def _asset(name: str) -> str:
@@ -320,6 +321,105 @@ class CorpusInspector(_View):
     def _do_search(self, c):
         self.query = str(c.get("query", ""))
         self.results = _jsonable(self.session.search(self.query).to_dict("records"))
+
+
+class ResultsExplorer(_View):
+    """Judged answers as a table: filter, sort, open one cell in full, compare two configurations, export.
+
+    Keys: j / k move, Enter opens the cell (question, expected answer, gold evidence, the retrieved
+    passages in rank order with the gold ones marked, the answer, each metric's score and reason,
+    the reference check), Esc goes back, / finds text in questions and answers, n / p page.
+    Only the visible page of rows goes to the browser.
+
+    Parameters
+    ----------
+    explorer : Explorer or path
+        :class:`fabnb.explorer.Explorer`, or an experiment's output folder (``fabnb run``).
+    export_path : path
+        Where "export CSV" writes the filtered view.
+    """
+
+    _esm = _asset("explorer.js")
+    _css = _asset("explorer.css")
+
+    rows = traitlets.List().tag(sync=True)
+    columns = traitlets.List().tag(sync=True)
+    total = traitlets.Int(0).tag(sync=True)
+    shown = traitlets.Int(0).tag(sync=True)
+    page = traitlets.Int(0).tag(sync=True)
+    pages = traitlets.Int(0).tag(sync=True)
+    filters = traitlets.Dict().tag(sync=True)
+    options = traitlets.Dict().tag(sync=True)
+    sort = traitlets.Dict().tag(sync=True)
+    detail = traitlets.Dict().tag(sync=True)
+    comparison = traitlets.Dict().tag(sync=True)
+
+    def __init__(self, explorer, export_path: str | Path = "explorer-view.csv", **kwargs):
+        from .explorer import Explorer
+
+        self.explorer = explorer if isinstance(explorer, Explorer) else Explorer.from_folder(explorer)
+        self.export_path = Path(export_path)
+        cells = self.explorer.cells
+        options = {col: sorted(cells[col].dropna().unique().tolist()) for col in
+                   ("system", "model", "context_k", "mode", "test_type", "question_format", "state")}
+        options["metric"] = self.explorer.metrics
+        super().__init__(options=_jsonable(options), total=len(cells), **kwargs)
+        self._refresh()
+
+    def _refresh(self, page: int = 0) -> None:
+        view = self.explorer.view()
+        size = self.explorer.page_size
+        self.pages = max(1, -(-len(view) // size))
+        self.page = min(max(0, page), self.pages - 1)
+        self.shown = len(view)
+        rows = view.iloc[self.page * size:(self.page + 1) * size]
+        self.columns = [c for c in view.columns if c not in ("model", "judge_failures")] + ["judge_failures"]
+        self.rows = _jsonable(rows.to_dict("records"))
+        self.filters = _jsonable(self.explorer.filters)
+        column, descending = self.explorer.sort_by
+        self.sort = {"column": column, "descending": descending}
+
+    def _do_filter(self, c):
+        changes = {k: v for k, v in c.items() if k != "action"}
+        for key in ("score_min", "score_max"):
+            if key in changes and changes[key] not in ("", None):
+                changes[key] = float(changes[key])
+        if "context_k" in changes and changes["context_k"] not in ("", None):
+            changes["context_k"] = float(changes["context_k"])
+        for key in ("judge_failures", "retrieval_miss"):
+            if key in changes and not changes[key]:
+                changes[key] = None
+        self.explorer.filter(**changes)
+        self.detail, self.comparison = {}, {}
+        self._refresh()
+
+    def _do_sort(self, c):
+        self.explorer.sort(str(c["column"]), bool(c.get("descending")))
+        self._refresh(self.page)
+
+    def _do_page(self, c):
+        self._refresh(int(c.get("number", 0)))
+
+    def _do_open(self, c):
+        self.detail = _jsonable(self.explorer.detail(c["cell"]))
+
+    def _do_close(self, c):
+        self.detail, self.comparison = {}, {}
+
+    def _do_export(self, c):
+        path = self.explorer.export(c.get("path") or self.export_path)
+        self._stamp(f"{self.shown} rows to {path}")
+
+    def compare(self, a: dict, b: dict, metric: str | None = None) -> "ResultsExplorer":
+        """Show two configurations side by side, largest drop first (:meth:`fabnb.explorer.Explorer.compare`)."""
+        table = self.explorer.compare(a, b, metric)
+        col = metric or "average"
+        columns = ["test_id", f"{col}_a", f"{col}_b", "drop", *[f"{m}_diff" for m in self.explorer.metrics]]
+        self.detail = {}
+        self.comparison = {"a_label": ", ".join(f"{k} {v}" for k, v in a.items()),
+                           "b_label": ", ".join(f"{k} {v}" for k, v in b.items()), "columns": columns,
+                           "rows": _jsonable(table[columns].to_dict("records"))}
+        return self
 
 
 def download_link(path: str | Path):

@@ -222,3 +222,65 @@ def test_verdict_labelling_in_a_real_browser(tmp_path):
             browser.close()
     stored = RatingStore(work / "labels").ratings(kind="verdict")
     assert dict(zip(stored.item_id, stored.score)) == labels and set(labels) == {"s|1K|A|t1", "s|1K|A|t2"}
+
+
+EXPLORER_NOTEBOOK = """\
+import pandas as pd
+from fabnb.explorer import Explorer
+from fabnb.widgets import ResultsExplorer
+
+HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=1</script>'
+keys = [dict(system="ref", model="m", context_k=k, mode="A", test_id=t) for k in (4.0, 8.0) for t in ("Q1", "Q2")]
+answers = pd.DataFrame([{**k, "status": "ok", "gold_retrieved": True,
+                         "answer": HOSTILE + " etch answer" if k["test_id"] == "Q2" else "plain answer",
+                         "sources": [{"id": "c1", "doc_id": "D1", "text": HOSTILE + " passage", "score": 0.8}]}
+                        for k in keys])
+scores = pd.DataFrame([{**k, "metric": m, "replicate": 0, "status": "ok", "score": 0.6, "raw_score": 6,
+                        "scoring": "integer", "reason": HOSTILE + " reason"} for k in keys
+                       for m in ("factuality", "depth")])
+questions = pd.DataFrame({"test_id": ["Q1", "Q2"], "question": ["What is deposited?", "Which etch step?"],
+                          "ground_truth_answer": ["oxide", "the second"], "gold_doc_ids": [("D1",), ("D1",)],
+                          "test_type": ["robustness", "multi_hop"], "question_format": ["SUBJECTIVE", "SUBJECTIVE"]})
+ResultsExplorer(Explorer(answers, scores, questions))
+"""
+
+
+def test_results_explorer_in_a_real_browser(tmp_path):
+    """Filter with the keyboard, open a cell whose answer, passages and reasons hold hostile HTML: all text."""
+    import nbformat
+    from playwright.sync_api import sync_playwright
+
+    work = tmp_path / "lab"
+    work.mkdir()
+    kernel = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}}
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(EXPLORER_NOTEBOOK)], metadata=kernel),
+                   work / "explore.ipynb")
+    with _jupyterlab(work, {}, tmp_path / "lab.log") as (base, token), sync_playwright() as pw:
+        browser = _chromium(pw)
+        try:
+            page = browser.new_page()
+            _open_and_run(page, f"{base}/lab/tree/explore.ipynb?token={token}")
+            view = page.locator(".fabnb-explorer")
+            view.wait_for(state="visible", timeout=120_000)
+            assert view.locator("tr.fabnb-row").count() == 4
+            view.click(position={"x": 5, "y": 5})
+            page.keyboard.press("/")
+            page.keyboard.type("etch")
+            page.keyboard.press("Enter")
+            page.wait_for_function("document.querySelectorAll('.fabnb-explorer tr.fabnb-row').length === 2",
+                                   timeout=30_000)
+            page.keyboard.press("j")
+            page.keyboard.press("Enter")
+            answer = view.locator(".fabnb-answer")
+            answer.wait_for(state="visible", timeout=30_000)
+            assert answer.text_content().startswith("<img src=x onerror")
+            assert view.locator(".fabnb-source").first.text_content().count("<script>") == 1
+            assert "holds the gold evidence" in view.locator(".fabnb-gold").first.text_content()
+            assert view.locator(".fabnb-scores td").filter(has_text="<script>").count() == 2
+            assert view.locator("img, script").count() == 0 and page.evaluate("window.pwned") is None
+            assert "test_id Q2" in view.locator(".fabnb-key").text_content()
+            page.keyboard.press("Escape")
+            page.wait_for_function("document.querySelectorAll('.fabnb-explorer tr.fabnb-row').length === 2",
+                                   timeout=30_000)
+        finally:
+            browser.close()
