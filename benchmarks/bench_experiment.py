@@ -83,10 +83,8 @@ chunk_size = 512
 chunk_overlap = 128
 
 [contexts]
-windows = "paper"
+windows = "paper"   # no snippet limit: each window fills with context, so no two cells send the same prompt
 modes = ["A"]
-n_snippets = 4
-threshold = 0.25
 {systems}
 [judge]
 model = "judge"

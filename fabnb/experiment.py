@@ -860,9 +860,14 @@ def _read_manifest(out: Path) -> dict | None:
             from None
 
 
+def _records(frame: pd.DataFrame) -> list[dict]:
+    """Rows as JSON-ready dicts: NaN becomes null (strict JSON has no NaN), numpy numbers Python ones."""
+    return json.loads(frame.to_json(orient="records"))
+
+
 def _write_manifest(out: Path, manifest: dict) -> None:
     tmp = out / "manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
+    tmp.write_text(json.dumps(manifest, indent=2, default=str, allow_nan=False), encoding="utf-8")
     os.replace(tmp, out / "manifest.json")  # whole or not at all: a kill never leaves half a manifest
 
 
@@ -967,7 +972,8 @@ def _stored(exp: Experiment, questions: pd.DataFrame):
     if not exp.output.exists():
         return pd.DataFrame(columns=RESULT_COLUMNS), pd.DataFrame(columns=SCORE_RECORD_COLUMNS)
     a_store, s_store = _stores(exp.output)
-    return _planned(exp, questions, a_store.frame(), s_store.frame())
+    # Without the retrieved texts: the tallies, the summary and the report never read them.
+    return _planned(exp, questions, a_store.frame(drop=("sources",)), s_store.frame(drop=("reason",)))
 
 
 def _planned(exp: Experiment, questions: pd.DataFrame, answers: pd.DataFrame, scores: pd.DataFrame):
@@ -1106,13 +1112,13 @@ def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe
                               "judge": {"model": exp.judge.model,
                                         "model_reported": reported.get(exp.judge.identity(), "")}},
                 "runs": (manifest or {}).get("runs", []) + [{"started": _now(), "ended": None, "status": "running"}],
-                "planned": plan_.table.drop(columns=["price"]).to_dict("records")}
+                "planned": _records(plan_.table.drop(columns=["price"]))}
     _write_manifest(out, manifest)
 
     def save(status: str) -> pd.DataFrame:
         t = tally(exp, questions)
         manifest["runs"][-1].update(ended=_now(), status=status)
-        manifest["stages"] = t.to_dict("records")
+        manifest["stages"] = _records(t)
         manifest["spent_usd"] = None if t["cost_usd"].isna().any() and exp.budget_usd is None else _spent(t)
         _write_manifest(out, manifest)
         return t
@@ -1152,6 +1158,7 @@ def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe
                                 progress=bar if bar is not None else False, limit=limit)
             if run.deferred:
                 status = "stopped-by-budget"
+        del answers  # the answers with their sources: the largest object of the run
     if bar is not None:
         bar.close()
     t = save("reporting")

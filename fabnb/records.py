@@ -45,13 +45,16 @@ def append_jsonl(path: str | Path, record: dict) -> None:
         os.close(fd)
 
 
-def read_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> tuple[list[dict], list[dict]]:
+def read_jsonl(path: str | Path, required: tuple[str, ...] = (), drop: tuple[str, ...] = ()) -> tuple[list[dict],
+                                                                                                list[dict]]:
     """The records of a JSONL file, and its unreadable lines.
 
     Parameters
     ----------
     required : tuple of str
         Fields a record must have; a line without them counts as unreadable.
+    drop : tuple of str
+        Fields left out as each line is read (a store's sources can be most of its size).
 
     Returns
     -------
@@ -71,6 +74,8 @@ def read_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> tuple[list[d
                 problems.append({"file": str(path), "line": n,
                                  "message": f"unreadable line skipped ({str(exc)[:80]}); the other lines are loaded"})
                 continue
+            for name in drop:
+                rec.pop(name, None)
             out.append(rec)
     return out, problems
 
@@ -110,23 +115,25 @@ class ResultsStore:
         with self._lock:
             append_jsonl(self.path, record)
 
-    def records(self) -> tuple[list[dict], pd.DataFrame]:
-        """Every record in file order, and the unreadable lines (file, line, message)."""
+    def records(self, drop: tuple[str, ...] = ()) -> tuple[list[dict], pd.DataFrame]:
+        """Every record in file order (without the ``drop`` fields), and the unreadable lines (file, line, message)."""
         if not self.path.exists():
             return [], pd.DataFrame(columns=["file", "line", "message"])
-        recs, problems = read_jsonl(self.path, required=self.keys)
+        recs, problems = read_jsonl(self.path, required=self.keys, drop=drop)
         return recs, pd.DataFrame(problems, columns=["file", "line", "message"])
 
     def done(self) -> set:
         """Keys of cells answered successfully."""
-        return {self.key(r) for r in self.records()[0] if r.get("status") == "ok"}
+        return {self.key(r) for r in self.records(drop=("sources", "answer", "reason"))[0] if r.get("status") == "ok"}
 
-    def frame(self, history: bool = False) -> pd.DataFrame:
+    def frame(self, history: bool = False, drop: tuple[str, ...] = ()) -> pd.DataFrame:
         """The records as a tidy frame, one row per cell unless ``history``.
 
-        A successful record is never replaced by a later failure of the same cell.
+        A successful record is never replaced by a later failure of the same cell. ``drop`` leaves
+        fields out as the file is read (``("sources",)``: the retrieved texts, most of an answer
+        store's size).
         """
-        recs = self.records()[0]
+        recs = self.records(drop=drop)[0]
         frame = pd.DataFrame(recs)
         if self.columns is not None:
             frame = frame.reindex(columns=self.columns)

@@ -252,7 +252,7 @@ def test_a_run_writes_answers_scores_manifest_report_and_never_the_key(tmp_path,
     assert run.status == "finished" and run.failures.empty
     t = run.tally.set_index("stage")
     assert t.loc["answers", "ok"] == 16 and t.loc["judge", "ok"] == 32
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = json.loads((out / "manifest.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
     assert manifest["name"] == "stub-study" and len(manifest["question_ids"]) == 4
     assert manifest["endpoints"]["ref"]["model_reported"] == "stub-answerer"
     assert manifest["endpoints"]["judge"]["model_reported"] == "stub-judge"
@@ -340,7 +340,8 @@ def test_a_budget_stops_before_it_is_passed_and_a_higher_one_continues(tmp_path,
     assert run.status == "stopped-by-budget"
     spent = float(pd.to_numeric(run.tally["cost_usd"]).sum())
     assert 0 < spent <= 0.004
-    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text(),
+                          parse_constant=lambda c: pytest.fail(f"{c} in the manifest: not strict JSON"))
     assert manifest["runs"][-1]["status"] == "stopped-by-budget" and manifest["spent_usd"] == pytest.approx(spent)
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "/ 4)" in summary  # every mean says how many of the planned cells it covers

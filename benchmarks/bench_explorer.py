@@ -1,0 +1,110 @@
+"""The results explorer at the paper's scale: time to a first page, and to a filter change.
+
+Stores of the shape ``run_grid`` and ``judge_results`` write: 200 questions x 4 models x the paper's
+11 windows (4K-32K) x mode A = 8,800 answers, each with four retrieved sources of 512 tokens of
+text, and six metrics = 52,800 scores (1% of them judge failures). From an experiment's output
+folder (``--folder``) or generated. Figures: the stores' size on disk, the time from the folder to
+the widget's model with its first page, and the median and worst time of a filter change (a page
+of rows as the browser gets it), median of 5 runs each.
+
+Usage: python benchmarks/bench_explorer.py [--folder DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from fabnb.schema import METRICS
+
+PAPER_CONTEXTS = (4, 8, 10, 12, 14, 16, 18, 20, 24, 28, 32)
+
+
+def write_stores(folder: Path, seed: int = 0) -> None:
+    """8,800 answers with sources and 52,800 scores, written as the stores write them (one JSON line each)."""
+    rng = np.random.default_rng(seed)
+    words = [f"word{i}" for i in range(3000)]
+    passage = lambda: " ".join(rng.choice(words, 380))  # noqa: E731 - about 512 tokens
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = [f"Q{i:03d}" for i in range(200)]
+    with open(folder / "answers.jsonl", "w") as a, open(folder / "scores.jsonl", "w") as s:
+        for m in range(4):
+            for k in PAPER_CONTEXTS:
+                for tid in ids:
+                    key = {"system": f"system-{m}", "model": f"model-{m}", "context_k": float(k), "mode": "A",
+                           "test_id": tid}
+                    sources = [{"id": f"c{j}", "doc_id": f"D{rng.integers(300)}", "text": passage(),
+                                "score": float(1 - j / 10)} for j in range(4)]
+                    a.write(json.dumps({**key, "output_tokens": 1024, "status": "ok", "cause": "", "error": "",
+                                        "answer": passage()[:1500], "n_sources": 4, "sources_exposed": True,
+                                        "sources": sources, "gold_retrieved": bool(rng.random() < 0.7),
+                                        "ts": time.time()}) + "\n")
+                    for metric in METRICS:
+                        failed = rng.random() < 0.01
+                        s.write(json.dumps({**key, "metric": metric, "replicate": 0,
+                                            "status": "error" if failed else "ok",
+                                            "score": None if failed else float(rng.uniform(0.3, 0.95)),
+                                            "raw_score": int(rng.integers(3, 10)), "scoring": "weighted",
+                                            "reason": "The answer is specific and grounded in the retrieved text.",
+                                            "cause": "not-json" if failed else "", "ts": time.time()}) + "\n")
+    (folder / "manifest.json").write_text(json.dumps({"name": "bench", "question_ids": ids}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--folder", help="an experiment output folder (default: generated stores)")
+    args = parser.parse_args()
+    import pandas as pd
+
+    from fabnb.explorer import Explorer
+    from fabnb.widgets import ResultsExplorer
+
+    folder = Path(args.folder) if args.folder else Path(tempfile.mkdtemp(prefix="fabnb-bench-explorer-")) / "run"
+    if not args.folder:
+        write_stores(folder)
+    ids = json.loads((folder / "manifest.json").read_text())["question_ids"]
+    questions = pd.DataFrame({"test_id": ids, "question": [f"question {t}" for t in ids],
+                              "ground_truth_answer": "x", "test_type": ["robustness", "multi_hop"] * 100,
+                              "question_format": "SUBJECTIVE", "gold_doc_ids": [("D1",)] * len(ids)})
+    size = sum(p.stat().st_size for p in folder.glob("*.jsonl")) / 1e6
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+          f"stores: {sum(1 for _ in open(folder / 'answers.jsonl')):,} answers and "
+          f"{sum(1 for _ in open(folder / 'scores.jsonl')):,} scores, {size:.0f} MB on disk")
+    ready, filters = [], []
+    for _ in range(5):
+        start = time.perf_counter()
+        widget = ResultsExplorer(Explorer.from_folder(folder, questions=questions))
+        ready.append(time.perf_counter() - start)
+        for change in ({"action": "filter", "system": "system-2"}, {"action": "filter", "context_k": "28"},
+                       {"action": "filter", "metric": "depth", "score_max": "0.5"},
+                       {"action": "filter", "retrieval_miss": True}, {"action": "filter", "text": "word17"},
+                       {"action": "filter", "system": "", "context_k": "", "metric": "", "score_max": "",
+                        "retrieval_miss": False, "text": ""}):
+            start = time.perf_counter()
+            widget.handle(change)
+            filters.append(time.perf_counter() - start)
+            assert widget.error == "", widget.error
+        start = time.perf_counter()
+        widget.handle({"action": "open", "cell": widget.rows[0]})
+        opened = time.perf_counter() - start
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("| what | figure |\n|---|---|")
+    print(f"| folder to the widget's model and first page ({widget.explorer.page_size} rows) | median "
+          f"{statistics.median(ready):.2f} s (min {min(ready):.2f}) |")
+    print(f"| a filter change, then the page of rows | median {statistics.median(filters) * 1000:.0f} ms, worst "
+          f"{max(filters) * 1000:.0f} ms over {len(filters)} changes |")
+    print(f"| open one cell (sources, six scores and reasons) | {opened * 1000:.0f} ms |")
+    print(f"| peak RSS | {rss:.0f} MB |")
+
+
+if __name__ == "__main__":
+    main()
