@@ -140,11 +140,14 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.25)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--questions", default="all", help='"all" (200) or a number')
+    parser.add_argument("--reuse", help="the in-process folder of an earlier run: take its stage times, skip the run")
     args = parser.parse_args()
     if args.questions != "all":
         args.questions = int(args.questions)
     else:
         args.questions = '"all"'
+    import pandas as pd
+
     from fabnb.experiment import Experiment, plan, run_experiment
     from fabnb.judge import score_store
     from fabnb.records import ResultsStore
@@ -168,15 +171,19 @@ def main() -> None:
         print(f"dry-run plan: {n_answers:,} answers and {n_judge:,} judge calls planned in {plan_s:.1f} s")
 
         # ---- the whole run in this process, stage by stage (timed from the stores' timestamps)
-        start = time.perf_counter()
-        run = run_experiment(exp, progress=False, probe=False, echo=lambda *a: None)
-        total_s = time.perf_counter() - start
-        answers = ResultsStore(exp.output / "answers.jsonl").frame()
-        scores = score_store(exp.output / "scores.jsonl").frame()
+        if args.reuse:
+            exp = Experiment.from_file(path, output=args.reuse)
+            print(f"in-process run: reused from {args.reuse}")
+        else:
+            start = time.perf_counter()
+            run = run_experiment(exp, progress=False, probe=False, echo=lambda *a: None)
+            total_s = time.perf_counter() - start
+            rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
+            print(f"in-process run: {total_s:.0f} s in all ({run.status}); peak RSS {rss_gb:.2f} GB", flush=True)
+        answers = ResultsStore(exp.output / "answers.jsonl").frame(drop=("sources", "answer"))
+        scores = score_store(exp.output / "scores.jsonl").frame(drop=("reason",))
         a_s = answers["ts"].max() - answers["ts"].min()
         j_s = scores["ts"].max() - answers["ts"].max()
-        rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
-        print(f"in-process run: {total_s:.0f} s in all ({run.status}); peak RSS {rss_gb:.2f} GB")
 
         # ---- the plain client, same server, same run
         # Its rate, from as many calls as the answer stage makes (the judge's 52,800 would add minutes, not news).
@@ -190,6 +197,7 @@ def main() -> None:
                          "calls_per_s": round(calls / seconds, 1), "plain_client_calls_per_s": round(plain_rate, 1),
                          "ratio_to_plain": round(calls / seconds / plain_rate, 3),
                          "share_of_bound": round(bound / seconds, 3)})
+        print(pd.DataFrame(rows).to_markdown(index=False), flush=True)
 
         # ---- kill at about half of the judge stage, then run again
         log = Path(os.environ["BENCH_REQUEST_LOG"])
@@ -218,15 +226,12 @@ def main() -> None:
         rerun_s = time.perf_counter() - start
         served_all = Counter(log.read_text().splitlines())
     repeated = sum(n - 1 for n in served_all.values() if n > 1)
-    kinds = Counter(line.split("\t", 1)[1] for line, n in served_all.items() if n > 1)
+    kinds = Counter(line.split("\t", 1)[-1] for line, n in served_all.items() if n > 1 and line)
     if kinds:
         print("repeated bodies by model and kind:", dict(kinds.most_common(6)))
     repeated_finished = sum(min(served_before[h], served_all[h] - served_before[h]) for h in served_before)
     final_answers = len(ResultsStore(out / "answers.jsonl").frame())
     final_scores = len(score_store(out / "scores.jsonl").frame())
-    import pandas as pd
-
-    print(pd.DataFrame(rows).to_markdown(index=False))
     asked_on_rerun = sum(served_all.values()) - sum(served_before.values())
     unstored = n_answers + n_judge - stored_at_kill
     print(f"kill (SIGKILL) at {at_kill:,} of {n_judge:,} scores; {stored_at_kill:,} answers and scores stored. "
