@@ -152,7 +152,7 @@ class Explorer:
         unknown = set(criteria) - set(FILTERS)
         if unknown:
             raise ValueError(f"unknown filter(s) {sorted(unknown)}; filters: {', '.join(FILTERS)}")
-        if criteria.get("metric") not in (None, *self.metrics, "average"):
+        if criteria.get("metric") not in (None, "", *self.metrics, "average"):
             raise ValueError(f"metric {criteria['metric']!r} is not scored here; scored: {self.metrics}")
         for key, value in criteria.items():
             if value is None or value == "" or value == []:

@@ -177,5 +177,7 @@ def test_the_widget_sends_one_page_filters_opens_compares_and_exports(ex, tmp_pa
     assert [r["test_id"] for r in w.comparison["rows"]] and w.comparison["columns"][3] == "drop"
     w.handle({"action": "filter", "metric": "fluency"})
     assert "not scored here" in w.error
+    w.handle({"action": "filter", "metric": ""})  # "any" in the front end's menu
+    assert w.error == "" and "metric" not in w.filters
     w.handle({"action": "page", "number": 99})
     assert w.page == w.pages - 1
