@@ -57,8 +57,11 @@ def reason_score_schema(reason_chars: int = 400) -> dict:
     The length limit is in the pattern too: llama.cpp's converter reads the pattern and then
     ignores ``maxLength``, and a small judge would ramble to ``max_tokens`` and break the JSON.
 
-    >>> reason_score_schema(120)["properties"]["reason"]["pattern"].endswith("{1,120}$")
-    True
+    Examples
+    --------
+    >>> reason = reason_score_schema(120)["properties"]["reason"]
+    >>> reason["maxLength"], reason["pattern"].endswith("{1,120}$")
+    (120, True)
     """
     return {"type": "object",
             "properties": {"reason": {"type": "string", "maxLength": int(reason_chars),
