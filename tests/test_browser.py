@@ -91,6 +91,16 @@ def _chromium(pw):
     return pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
 
 
+def _one_cell_notebook(work: Path, name: str, source: str) -> str:
+    """A notebook of one code cell in ``work`` (created); returns its file name."""
+    import nbformat
+
+    work.mkdir(exist_ok=True)
+    kernel = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}}
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)], metadata=kernel), work / name)
+    return name
+
+
 @pytest.fixture
 def lab(tmp_path, fab_bench_dir):
     """JupyterLab on loopback over a folder with the rating notebook and three hostile QA files."""
@@ -189,14 +199,10 @@ RatingPanel(RatingSession(items, "browser", RatingStore("labels"), kind="verdict
 
 def test_verdict_labelling_in_a_real_browser(tmp_path):
     """Objection 2's human labels: the rating panel in verdict mode, keys 1 (fails) and 0 (passes)."""
-    import nbformat
     from playwright.sync_api import sync_playwright
 
     work = tmp_path / "lab"
-    work.mkdir()
-    kernel = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}}
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(VERDICT_NOTEBOOK)], metadata=kernel),
-                   work / "label.ipynb")
+    _one_cell_notebook(work, "label.ipynb", VERDICT_NOTEBOOK)
     with _jupyterlab(work, {}, tmp_path / "lab.log") as (base, token), sync_playwright() as pw:
         browser = _chromium(pw)
         try:
@@ -247,14 +253,10 @@ ResultsExplorer(Explorer(answers, scores, questions))
 
 def test_results_explorer_in_a_real_browser(tmp_path):
     """Filter with the keyboard, open a cell whose answer, passages and reasons hold hostile HTML: all text."""
-    import nbformat
     from playwright.sync_api import sync_playwright
 
     work = tmp_path / "lab"
-    work.mkdir()
-    kernel = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}}
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(EXPLORER_NOTEBOOK)], metadata=kernel),
-                   work / "explore.ipynb")
+    _one_cell_notebook(work, "explore.ipynb", EXPLORER_NOTEBOOK)
     with _jupyterlab(work, {}, tmp_path / "lab.log") as (base, token), sync_playwright() as pw:
         browser = _chromium(pw)
         try:
