@@ -735,13 +735,6 @@ def _judge_estimates(exp: Experiment, questions: pd.DataFrame, answers: pd.DataF
     return pd.DataFrame(rows)
 
 
-class _KeyOnly:
-    """What ResultsStore.key needs (its keys), without a store and its folder."""
-
-    def __init__(self, keys):
-        self.keys = keys
-
-
 def _stores(out: Path):
     from .judge import score_store
     from .records import ResultsStore
@@ -777,17 +770,15 @@ def plan(exp: Experiment, probe: bool = False, _cache: dict | None = None) -> Pl
     # A folder that does not exist yet holds nothing done (and a dry run must not create it).
     a_store, s_store = _stores(exp.output) if exp.output.exists() else (None, None)
     a_done, s_done = (a_store.done(), s_store.done()) if a_store else (set(), set())
-    from .records import ResultsStore
+    from .records import cell_key
 
-    key = ResultsStore.key
     models = {s.name: s.model for s in exp.systems}
-    a_keys = _KeyOnly(RESULT_KEYS)
-    s_keys = _KeyOnly(SCORE_RECORD_KEYS)
-    answers["done"] = [key(a_keys, {"system": r.system, "model": models[r.system], "context_k": r.context_k,
-                                    "mode": r.mode, "test_id": r.test_id}) in a_done for r in answers.itertuples()]
+    answers["done"] = [cell_key({"system": r.system, "model": models[r.system], "context_k": r.context_k,
+                                 "mode": r.mode, "test_id": r.test_id}, RESULT_KEYS) in a_done
+                       for r in answers.itertuples()]
     judged["done_calls"] = [
-        sum(key(s_keys, {"system": r.system, "model": models[r.system], "context_k": r.context_k, "mode": r.mode,
-                         "test_id": r.test_id, "metric": r.metric, "replicate": rep}) in s_done
+        sum(cell_key({"system": r.system, "model": models[r.system], "context_k": r.context_k, "mode": r.mode,
+                      "test_id": r.test_id, "metric": r.metric, "replicate": rep}, SCORE_RECORD_KEYS) in s_done
             for rep in range(exp.replicates)) for r in judged.itertuples()]
     probes = _probe(exp, cache.get("built", {})) if probe else pd.DataFrame(columns=PROBE_COLUMNS)
     speed = {r.endpoint: (r.s_per_prompt_token, r.s_per_completion_token) for r in probes.itertuples()}
@@ -930,7 +921,7 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def tally(exp: Experiment, questions: pd.DataFrame) -> pd.DataFrame:
+def tally(exp: Experiment, questions: pd.DataFrame, stored: tuple | None = None) -> pd.DataFrame:
     """What the stores hold for this experiment's planned cells, per system and stage.
 
     Returns
@@ -938,8 +929,9 @@ def tally(exp: Experiment, questions: pd.DataFrame) -> pd.DataFrame:
     DataFrame
         system, stage, planned, ok, failed, prompt_tokens, completion_tokens, cost_usd
         (tokens and cost of the calls made; cached judge replies cost nothing).
+        ``stored``: the stores' frames (:func:`_stored`) when the caller has read them already.
     """
-    answers, scores = _stored(exp, questions)
+    answers, scores = stored if stored is not None else _stored(exp, questions)
     n_q, n_c, n_m = len(questions), len(exp.windows), len(exp.modes)
     rows = []
     for spec in exp.systems:
@@ -1028,8 +1020,8 @@ class ExperimentRun:
                 f"failed_cells={int(self.failures['cells'].sum()) if len(self.failures) else 0})")
 
 
-def _failures(exp: Experiment, questions: pd.DataFrame) -> pd.DataFrame:
-    answers, scores = _stored(exp, questions)
+def _failures(exp: Experiment, questions: pd.DataFrame, stored: tuple | None = None) -> pd.DataFrame:
+    answers, scores = stored if stored is not None else _stored(exp, questions)
     frames = []
     for stage, frame in (("answers", answers), ("judge", scores)):
         bad = frame[frame["status"] != "ok"] if len(frame) else frame
@@ -1040,10 +1032,11 @@ def _failures(exp: Experiment, questions: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)[["system", "stage", "cause", "cells"]]
 
 
-def _budget_limit(exp: Experiment, stage: str, plan_: Plan, spent: float) -> int | None:
+def _budget_limit(exp: Experiment, stage: str, plan_: Plan, questions: pd.DataFrame) -> int | None:
     """How many more calls of a stage fit in the budget, each counted at its largest estimate."""
     if exp.budget_usd is None:
         return None
+    spent = _spent(tally(exp, questions))
     per_call = max((c or 0.0) for (s, _), c in plan_.max_call_cost.items() if s == stage) \
         if any(s == stage for s, _ in plan_.max_call_cost) else 0.0
     left = exp.budget_usd - spent
@@ -1115,8 +1108,8 @@ def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe
                 "planned": _records(plan_.table.drop(columns=["price"]))}
     _write_manifest(out, manifest)
 
-    def save(status: str) -> pd.DataFrame:
-        t = tally(exp, questions)
+    def save(status: str, stored: tuple | None = None) -> pd.DataFrame:
+        t = tally(exp, questions, stored)
         manifest["runs"][-1].update(ended=_now(), status=status)
         manifest["stages"] = _records(t)
         manifest["spent_usd"] = None if t["cost_usd"].isna().any() and exp.budget_usd is None else _spent(t)
@@ -1134,7 +1127,7 @@ def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe
     systems = [built[s.name] for s in exp.systems]
     status = "finished"
     a_store, s_store = _stores(out)
-    limit = _budget_limit(exp, "answers", plan_, _spent(tally(exp, questions)))
+    limit = _budget_limit(exp, "answers", plan_, questions)
     grid = run_grid(systems, questions, exp.configs(), a_store, modes=exp.modes, concurrency=exp.concurrency,
                     progress=bar if bar is not None else False, limit=limit)
     if grid.deferred:
@@ -1145,12 +1138,8 @@ def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe
         if bar is not None:
             bar.set_description("judge")
         judge = exp.judge.llm(concurrency=exp.judge_concurrency, n_ctx=exp.judge_n_ctx, logprobs=exp.logprobs)
-        answers, _ = _planned(exp, questions, a_store.frame(), s_store.frame().head(0))
-        if bar is not None:  # the judge's todo is known only now: the answers that came back
-            jt = plan(exp, _cache=cache).table
-            bar.total = bar.n + int(jt.loc[jt["stage"] == "judge", "todo"].sum())
-            bar.refresh()
-        limit = _budget_limit(exp, "judge", plan_, _spent(tally(exp, questions)))
+        answers, _ = _planned(exp, questions, a_store.frame(), pd.DataFrame())
+        limit = _budget_limit(exp, "judge", plan_, questions)
         if len(answers):
             run = judge_results(answers, questions, judge, s_store, metrics=exp.metrics, replicates=exp.replicates,
                                 logprobs=exp.logprobs, temperature=exp.judge_temperature,
@@ -1161,10 +1150,11 @@ def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe
         del answers  # the answers with their sources: the largest object of the run
     if bar is not None:
         bar.close()
-    t = save("reporting")
-    report = write_report(exp, questions)
-    t = save(status)
-    failures = _failures(exp, questions)
+    stored = _stored(exp, questions)  # read once for the report, the manifest and the summary
+    save("reporting", stored)
+    report = write_report(exp, questions, stored)
+    t = save(status, stored)
+    failures = _failures(exp, questions, stored)
     echo(_summary_line(exp, t, failures, status))
     return ExperimentRun(out, plan_, t, status, failures, report)
 
@@ -1211,7 +1201,7 @@ def coverage(exp: Experiment, questions: pd.DataFrame, scores: pd.DataFrame) -> 
     return pd.DataFrame(rows)
 
 
-def write_report(exp: Experiment, questions: pd.DataFrame | None = None) -> Path:
+def write_report(exp: Experiment, questions: pd.DataFrame | None = None, stored: tuple | None = None) -> Path:
     """``summary.md`` (plan against done, failures, cost, every mean with its coverage), ``reference.csv`` and
     ``report/`` (:func:`fabnb.report.reproduce` on these scores), from the stores as they are."""
     from .judge import reference_scores, to_score_frame
@@ -1220,11 +1210,11 @@ def write_report(exp: Experiment, questions: pd.DataFrame | None = None) -> Path
 
     questions = exp.questions() if questions is None else questions
     out = exp.output
-    answers, scores = _stored(exp, questions)
+    answers, scores = stored if stored is not None else _stored(exp, questions)
     cov = coverage(exp, questions, scores)
     cov.to_csv(out / "coverage.csv", index=False)
-    t = tally(exp, questions)
-    failures = _failures(exp, questions)
+    t = tally(exp, questions, (answers, scores))
+    failures = _failures(exp, questions, (answers, scores))
     lines = [f"# {exp.name}", "", f"Made by fabnb {__version__} from `{exp.source}` at {_now()}.", "",
              "## Calls", "", t.to_markdown(index=False), ""]
     if len(failures):

@@ -19,7 +19,7 @@ import pandas as pd
 
 from .schema import RESULT_COLUMNS, RESULT_KEYS
 
-__all__ = ['ResultsStore', 'append_jsonl', 'read_jsonl']
+__all__ = ['ResultsStore', 'append_jsonl', 'cell_key', 'read_jsonl']
 
 
 def append_jsonl(path: str | Path, record: dict) -> None:
@@ -80,6 +80,15 @@ def read_jsonl(path: str | Path, required: tuple[str, ...] = (), drop: tuple[str
     return out, problems
 
 
+def cell_key(record: dict, keys: tuple[str, ...]) -> tuple:
+    """The cell a record belongs to: its ``keys`` fields, context sizes as floats, the rest as text.
+
+    >>> cell_key({"system": "s", "context_k": 4, "test_id": "Q1"}, ("system", "context_k", "test_id"))
+    ('s', 4.0, 'Q1')
+    """
+    return tuple(float(record[k]) if k == "context_k" else str(record[k]) for k in keys)
+
+
 class ResultsStore:
     """Records in one append-only JSONL file, one cell per key (RAG answers: system, model, context, mode, question).
 
@@ -108,8 +117,8 @@ class ResultsStore:
         return f"ResultsStore({str(self.path)!r})"
 
     def key(self, record: dict) -> tuple:
-        """The cell a record belongs to (context sizes as floats, the rest as text)."""
-        return tuple(float(record[k]) if k == "context_k" else str(record[k]) for k in self.keys)
+        """The cell a record belongs to (:func:`cell_key` with this store's keys)."""
+        return cell_key(record, self.keys)
 
     def append(self, record: dict) -> None:
         with self._lock:

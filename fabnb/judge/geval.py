@@ -404,7 +404,8 @@ def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, me
         Longest reason the judge may write (a small local judge is slow per token).
     error_policy : {"record", "raise"}
     progress : bool or progress bar
-        True: a bar of its own; an object with ``update(n)`` is updated and left open.
+        True: a bar of its own; an object with ``update(n)`` (one bar over several stages, this
+        one last) gets its total set to what is done plus these calls, is updated, and is left open.
     max_answer_tokens : int
         Longer answers are cut to this many tokens before judging (the score records
         ``truncated``); keeps judge prompts within a small judge server's context.
@@ -447,6 +448,9 @@ def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, me
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(cells), desc="judging")
+    elif bar is not None:  # a shared bar: only now is it known how many answers came back to be judged
+        bar.total = bar.n + len(cells)
+        bar.refresh()
 
     async def one(sem, r, metric, rep, key):
         q = qs.loc[r["test_id"]]
