@@ -668,7 +668,7 @@ def _probe(exp: Experiment, built: dict) -> pd.DataFrame:
 
 def _answer_estimates(exp: Experiment, questions: pd.DataFrame, chunks, configs) -> pd.DataFrame:
     """Per (system, window, mode, question): prompt, context and completion tokens of the answer call."""
-    from .rag import PROMPT_OVERHEAD, SYSTEM_PROMPT, count_tokens, make_retriever, select_context
+    from .rag import PROMPT_OVERHEAD, SYSTEM_PROMPT, count_tokens, make_retriever, pick_context
 
     q_tokens = {r.test_id: count_tokens(r.question) for r in questions.itertuples()}
     gold_tokens = {r.test_id: count_tokens(r.gold_context or "") for r in questions.itertuples()}
@@ -686,7 +686,8 @@ def _answer_estimates(exp: Experiment, questions: pd.DataFrame, chunks, configs)
                 if (spec.retriever, q.test_id) not in hits:
                     h = r.search(q.question)
                     keep = (h["n_tokens"] + 4).cumsum() <= 2 * top_budget + 4096
-                    hits[(spec.retriever, q.test_id)] = h[keep | (h.index < 1)]
+                    h = h[keep | (h.index < 1)]
+                    hits[(spec.retriever, q.test_id)] = (h["score"].tolist(), h["n_tokens"].tolist())
         for c in configs:
             for mode in exp.modes:
                 for q in questions.itertuples():
@@ -695,8 +696,10 @@ def _answer_estimates(exp: Experiment, questions: pd.DataFrame, chunks, configs)
                     if mode == "B":
                         context = min(gold_tokens[tid], room)
                     elif spec.kind == "reference":
-                        used = select_context(hits[(spec.retriever, tid)], room, c.n_snippets, c.threshold)
-                        context = int((used["n_tokens"] + 2).sum())
+                        scores, tokens = hits[(spec.retriever, tid)]
+                        # The reference system's own choice (ReferenceRAG uses the same pick_context).
+                        context = sum(tokens[i] + 2 for i in pick_context(scores, tokens, room, c.n_snippets,
+                                                                            c.threshold))
                     else:
                         context = room  # an adapter's retrieval is unknown until it answers: at most the window
                     rows.append({"system": spec.name, "context_k": c.context_k, "mode": mode, "test_id": tid,
