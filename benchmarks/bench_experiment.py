@@ -15,7 +15,7 @@ Figures printed:
   again: requests the server had finished that were asked again (should be 0), and the final
   store counts (should be exactly 8,800 and 52,800).
 
-Usage: python benchmarks/bench_experiment.py [--delay 0.25] [--concurrency 32] [--questions all]
+Usage: python benchmarks/bench_experiment.py [--delay 0.25] [--concurrency 32] [--questions all] [--no-kill]
 """
 
 from __future__ import annotations
@@ -141,6 +141,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--questions", default="all", help='"all" (200) or a number')
     parser.add_argument("--reuse", help="the in-process folder of an earlier run: take its stage times, skip the run")
+    parser.add_argument("--no-kill", action="store_true", help="skip the kill-and-resume part")
     args = parser.parse_args()
     if args.questions != "all":
         args.questions = int(args.questions)
@@ -199,6 +200,8 @@ def main() -> None:
                          "share_of_bound": round(bound / seconds, 3)})
         print(pd.DataFrame(rows).to_markdown(index=False), flush=True)
 
+        if args.no_kill:
+            return
         # ---- kill at about half of the judge stage, then run again
         log = Path(os.environ["BENCH_REQUEST_LOG"])
         log.write_text("")

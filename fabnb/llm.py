@@ -130,9 +130,10 @@ def request_key(base_url: str, model: str, messages: list, params: dict) -> str:
 class ResponseCache:
     """A persistent cache of answers in one SQLite file.
 
-    Every answer is committed in its own transaction as it arrives (WAL journal,
-    synchronous writes), so a killed process leaves every earlier answer readable
-    and no half-written row. Safe to share between threads and processes.
+    Every answer is committed in its own transaction as it arrives (WAL journal), so a
+    killed process leaves every earlier answer readable and no half-written row (a power
+    cut may take back the last few, which are then asked again). Safe to share between
+    threads and processes.
 
     Parameters
     ----------
@@ -146,13 +147,25 @@ class ResponseCache:
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
+        # NORMAL in WAL mode: a committed row survives a killed process (what resume needs); only a
+        # power cut may take the last few back, and those are asked again. FULL fsyncs every row.
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, request TEXT NOT NULL, "
                          "response TEXT NOT NULL, created REAL NOT NULL)")
+        self._idle: list[sqlite3.Connection] = []  # read connections not in use
 
     def get(self, key: str) -> dict | None:
+        # Reads borrow a connection of their own: WAL readers wait neither for the writer nor for
+        # each other. The pool grows to the number of threads reading at once, then is reused.
         with self._lock:
-            row = self._db.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
+            db = self._idle.pop() if self._idle else None
+        if db is None:
+            db = sqlite3.connect(self.path, check_same_thread=False, timeout=30, isolation_level=None)
+        try:
+            row = db.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
+        finally:
+            with self._lock:
+                self._idle.append(db)
         return json.loads(row[0]) if row else None
 
     def delete(self, key: str) -> None:
@@ -160,9 +173,10 @@ class ResponseCache:
             self._db.execute("DELETE FROM responses WHERE key = ?", (key,))
 
     def put(self, key: str, request: dict, response: dict) -> None:
+        # Encoded before the lock: a prompt of 100 KB must not hold the other threads' writes.
+        row = (key, json.dumps(request, ensure_ascii=False), json.dumps(response), time.time())
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?)",
-                             (key, json.dumps(request, ensure_ascii=False), json.dumps(response), time.time()))
+            self._db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?)", row)
 
     def __len__(self) -> int:
         with self._lock:
@@ -170,6 +184,9 @@ class ResponseCache:
 
     def close(self) -> None:
         with self._lock:
+            for db in self._idle:
+                db.close()
+            self._idle.clear()
             self._db.close()
 
     def __repr__(self) -> str:

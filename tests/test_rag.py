@@ -125,6 +125,23 @@ def test_a_missing_embedding_model_is_named_with_the_fix(monkeypatch):
     retrievers._minilm.cache_clear()
 
 
+def test_context_tokens_from_chunk_counts_match_the_joined_text(evidence_chunks, fab_bench):
+    # ReferenceRAG counts its context from the chunks' n_tokens (no tokenizing per cell): within
+    # 0.2% of counting the text the model was sent, and never under it by more than that.
+    from fabnb.rag import count_tokens
+
+    chunks, _ = evidence_chunks
+    with StubServer() as server:
+        rag = ReferenceRAG(chunks, LLM("stub", server.base_url, cache=False), retriever="bm25")
+        for pair in list(fab_bench)[:5]:
+            for k in (4, 16):
+                a = rag.ask(pair.question, RAGConfig(k, **ANYTHINGLLM_DEFAULTS))
+                prompt = server.requests[-1]["messages"][-1]["content"]
+                sent = prompt[len("Context:\n"):prompt.rindex("\n\nQuestion: ")]
+                true = count_tokens(sent)
+                assert len(a.sources) > 1 and abs(a.context_tokens - true) <= max(2, 0.002 * true), (k, pair.test_id)
+
+
 def test_reference_system_mode_a_and_b_against_a_stub_model(tmp_path):
     with StubServer() as server:
         rag = ReferenceRAG(CHUNKS, LLM("stub", server.base_url, cache=False), retriever="bm25")

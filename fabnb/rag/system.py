@@ -150,12 +150,16 @@ class ReferenceRAG:
             _, records, used = self._pick(question, config)
             chosen = [records[i] for i in used]
             context = "\n\n".join(r["text"] for r in chosen)
+            # From the chunks' own counts and one token per separator: within 0.2% of counting the
+            # joined text (tested), without tokenizing up to 128K tokens again for every cell.
+            context_tokens = sum(r["n_tokens"] for r in chosen) + max(0, len(chosen) - 1)
             sources = [{"id": r["chunk_id"], "doc_id": r["doc_id"], "text": r["text"], "score": float(r["score"])}
                        for r in chosen]
         else:
             q = check_budget(question, config)
             context, _ = truncate_tokens(gold_context, config.input_budget - q - PROMPT_OVERHEAD)
             sources = [{"id": "gold", "doc_id": "gold", "text": context, "score": 1.0}]
+            context_tokens = count_tokens(context)
         start = time.perf_counter()
         try:
             # The answer check runs before the cache stores the reply: an empty answer is asked again on a rerun.
@@ -164,4 +168,4 @@ class ReferenceRAG:
         except LLMError as exc:
             raise RAGError(str(exc), exc.cause) from None
         return Answer(done.text, sources, done.latency_s or time.perf_counter() - start, done.prompt_tokens,
-                      done.completion_tokens, count_tokens(context))
+                      done.completion_tokens, context_tokens)
