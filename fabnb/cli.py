@@ -7,6 +7,9 @@ analyses of a user's own score CSV).
 ``fabnb run FILE`` runs a whole experiment from a TOML file (``--dry-run``: the plan only);
 run it again to resume.
 
+``fabnb rate --serve --qa DIR --ratings DIR`` serves the code-free rating app (Voilà) on
+loopback; without ``--serve`` it prints each rater's progress.
+
 ``fabnb serve-local`` serves the embedded model on loopback until interrupted.
 
 ``fabnb doctor`` tells what works on this machine (exit status 1 when the default LLM
@@ -59,6 +62,25 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if run.status in ("finished", "dry-run") else 3
 
 
+def _rate(args: argparse.Namespace) -> int:
+    from .errors import FabnbError
+    from .rating import RatingApp, serve_app
+
+    try:
+        if args.serve:
+            return serve_app(args.qa, args.ratings, args.manifests, port=args.port)
+        app = RatingApp.from_folders(args.qa, args.ratings, args.manifests)
+    except FabnbError as exc:
+        print(f"fabnb rate: {exc}", file=sys.stderr)
+        return 2
+    table = app.progress()
+    print(f"{len(app.items)} items; ratings in {app.store.folder}")
+    print(table.to_string(index=False) if len(table) else "no rater has rated yet")
+    print("serve the app with: fabnb rate --serve" + (f" --qa {args.qa}" if args.qa else "")
+          + f" --ratings {args.ratings}" + (f" --manifests {args.manifests}" if args.manifests else ""))
+    return 0
+
+
 def _serve_local(args: argparse.Namespace) -> int:
     from .llm import LLMError
     from .local import serve
@@ -98,6 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-probe", action="store_true", help="do not measure the endpoints with a probe call")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(run=_run)
+    rate = sub.add_parser("rate", help="the rating app for experts (--serve), or each rater's progress")
+    rate.add_argument("--serve", action="store_true", help="serve the app (Voilà) on 127.0.0.1 and print its URL")
+    rate.add_argument("--qa", help="a folder of FAB-Bench-format QA files (default: the released 200 pairs)")
+    rate.add_argument("--ratings", default="ratings", help="the raters' files (default: %(default)s)")
+    rate.add_argument("--manifests", help="a folder of rater assignments (fabnb.rating.write_manifests)")
+    rate.add_argument("--port", type=int, help="port (default: a free one)")
+    rate.set_defaults(run=_rate)
     loc = sub.add_parser("serve-local", help="serve the embedded Gemma 3 270M on 127.0.0.1 (OpenAI-compatible)")
     loc.add_argument("--port", type=int, help="port (default: a free one)")
     loc.add_argument("--n-ctx", type=int, default=8192, help="context window in tokens (default: %(default)s)")

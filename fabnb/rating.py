@@ -32,10 +32,11 @@ from .records import append_jsonl
 from .records import read_jsonl as _read_records
 from .stats import icc, krippendorff_alpha, weighted_kappa  # noqa: F401 - re-exported: fabnb.rating.icc, ...
 
-__all__ = ['BLIND_FIELDS', 'DIMENSIONS', 'RATING_COLUMNS', 'RatingError', 'RatingSession', 'RatingStore', 'SCALE',
+__all__ = ['BLIND_FIELDS', 'DIMENSIONS', 'RATING_COLUMNS', 'RatingApp', 'RatingError', 'RatingSession', 'RatingStore',
+           'SCALE', 'serve_app',
            'SCHEMES', 'VERDICT_DIMENSIONS', 'agreement', 'assign', 'icc', 'krippendorff_alpha', 'overlap',
            'quality_table', 'rating_items', 'rating_matrix', 'read_jsonl', 'read_manifest', 'weighted_kappa',
-           'write_manifests']
+           'write_manifests', 'app_notebook']
 
 #: Appendix D's four dimensions and their one-line definitions (1-5 scale).
 DIMENSIONS: dict[str, str] = {
@@ -497,3 +498,193 @@ def overlap(ratings: pd.DataFrame) -> pd.DataFrame:
     sets = {r: set(g["item_id"]) for r, g in ratings.groupby("rater", sort=True)}
     rows = [{"rater_a": a, "rater_b": b, "shared_items": len(sets[a] & sets[b])} for a, b in combinations(sets, 2)]
     return pd.DataFrame(rows, columns=["rater_a", "rater_b", "shared_items"])
+
+
+# ------------------------------------------------------------------- the rating app
+
+
+@dataclass
+class RatingApp:
+    """What the code-free rating app does before the panel: the rater says who they are.
+
+    The model behind ``fabnb rate --serve`` and :func:`fabnb.widgets.rating_app` (the view
+    shows a name prompt, then :class:`fabnb.widgets.RatingPanel` over :meth:`start`'s session).
+
+    Parameters
+    ----------
+    items : DataFrame
+        :func:`rating_items`.
+    store : RatingStore
+    manifests : path, optional
+        A folder of :func:`write_manifests` files: a rater then sees only their own items,
+        and a name without a manifest is refused (naming the raters that have one).
+    problems : DataFrame, optional
+        QA files that did not load (path, message), shown on the first screen.
+    seed, blind
+        As in :class:`RatingSession`.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> items = pd.DataFrame({"item_id": ["q1", "q2"], "question": ["Why?", "How?"]})
+    >>> app = RatingApp(items, RatingStore(tempfile.mkdtemp()))
+    >>> app.start("  ana ").progress()
+    (0, 2)
+    >>> app.start("")
+    Traceback (most recent call last):
+    ...
+    fabnb.rating.RatingError: enter your name (letters, digits, '-' or '_') to start rating.
+    """
+
+    items: pd.DataFrame
+    store: RatingStore
+    manifests: str | Path | None = None
+    problems: pd.DataFrame | None = None
+    seed: int = 0
+    blind: bool = True
+
+    @classmethod
+    def from_folders(cls, qa: str | Path | None = None, ratings: str | Path = "ratings",
+                     manifests: str | Path | None = None, **kwargs) -> "RatingApp":
+        """The app over a folder of FAB-Bench-format QA files (None: the released 200 pairs)."""
+        from .datasets import load_fab_bench, read_qa_files
+
+        if manifests is not None and not Path(manifests).is_dir():
+            raise RatingError(f"{manifests}: no such folder of manifests; write them with write_manifests().")
+        qa_set = read_qa_files(qa) if qa else load_fab_bench()
+        if not qa_set.pairs:
+            raise RatingError(f"{qa}: no QA pair could be read ({len(qa_set.problems)} file(s) with problems); "
+                              "point --qa at a folder of FAB-Bench-format QA files.")
+        return cls(rating_items(qa_set.pairs), RatingStore(ratings), manifests, qa_set.problems, **kwargs)
+
+    def raters_with_manifest(self) -> list[str]:
+        """The raters a manifest folder has an assignment for (empty without one)."""
+        if self.manifests is None:
+            return []
+        return sorted(read_manifest(p)["rater"] for p in Path(self.manifests).glob("*.json"))
+
+    def progress(self) -> pd.DataFrame:
+        """Every rater with a file or a manifest: rater, rated (items with every dimension), items.
+
+        ``items`` is the rater's assignment when they have a manifest, else all the items.
+        """
+        assigned = set(self.raters_with_manifest())
+        rows = []
+        for rater in sorted(set(self.store.raters()) | assigned):
+            manifest = Path(self.manifests) / f"{_safe_name(rater)}.json" if rater in assigned else None
+            done, total = RatingSession(self.items, rater, self.store, seed=self.seed, manifest=manifest).progress()
+            rows.append({"rater": rater, "rated": done, "items": total})
+        return pd.DataFrame(rows, columns=["rater", "rated", "items"])
+
+    def start(self, rater: str) -> RatingSession:
+        """The session of this rater (their manifest's items when there are manifests).
+
+        Raises :class:`RatingError` for an empty or unusable name, or a rater without a manifest.
+        """
+        rater = (rater or "").strip()
+        if not rater:
+            raise RatingError("enter your name (letters, digits, '-' or '_') to start rating.")
+        _safe_name(rater)  # a name that cannot name a file says so here, before anything is written
+        manifest = None
+        if self.manifests is not None:
+            path = Path(self.manifests) / f"{_safe_name(rater)}.json"
+            if not path.exists():
+                known = self.raters_with_manifest()
+                raise RatingError(f"no assignment for {rater!r} in {self.manifests}; raters with one: "
+                                  f"{', '.join(known) or 'none'}. Check the spelling, or ask the study lead.")
+            manifest = path
+        return RatingSession(self.items, rater, self.store, seed=self.seed, blind=self.blind, manifest=manifest)
+
+
+#: The whole of the rating app's notebook: one cell, which Voilà runs and shows without its code.
+APP_CELL = "from fabnb.widgets import rating_app\n\nrating_app()"
+
+
+def app_notebook(path: str | Path) -> Path:
+    """Write the rating app's notebook (:data:`APP_CELL`, no outputs) to ``path``; the repository's
+    ``apps/rate.ipynb`` (the Binder link's page) is this file."""
+    path = Path(path)
+    cell = {"cell_type": "code", "execution_count": None, "id": "rating-app", "metadata": {}, "outputs": [],
+            "source": APP_CELL.splitlines(keepends=True)}
+    nb = {"cells": [cell], "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
+                                                       "name": "python3"},
+                                        "language_info": {"name": "python"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(nb, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def serve_app(qa: str | Path | None = None, ratings: str | Path = "ratings", manifests: str | Path | None = None,
+              port: int | None = None, echo=print, timeout: float = 60.0) -> int:
+    """Serve the rating app with Voilà on 127.0.0.1 until interrupted (``fabnb rate --serve``).
+
+    The folders are checked here first, so a wrong one is said in the terminal, not on the
+    page. The page shows a name prompt, then that rater's panel and progress; no code.
+
+    Parameters
+    ----------
+    qa : path, optional
+        A folder of FAB-Bench-format QA files (None: the released 200 pairs).
+    ratings : path
+        Where each rater's file is written (created).
+    manifests : path, optional
+        :func:`write_manifests`' folder: each rater sees only their items.
+    port : int, optional
+        Default: a free one.
+    echo : callable
+        Gets the line with the URL once the server answers.
+
+    Returns
+    -------
+    int
+        Voilà's exit status (0 after Ctrl-C).
+    """
+    import os
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+
+    app = RatingApp.from_folders(qa, ratings, manifests)  # a bad folder fails here, with its name
+    folder = Path(tempfile.mkdtemp(prefix="fabnb-rate-"))
+    notebook = app_notebook(folder / "rate.ipynb")
+    if port is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("FABNB_QA_DIR", "FABNB_MANIFESTS_DIR")}
+    env["FABNB_RATINGS_DIR"] = str(Path(ratings).resolve())
+    if qa:
+        env["FABNB_QA_DIR"] = str(Path(qa).resolve())
+    if manifests:
+        env["FABNB_MANIFESTS_DIR"] = str(Path(manifests).resolve())
+    cmd = [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
+           "--Voila.port_retries=0", "--show_tracebacks=False", "--theme=light"]
+    proc = subprocess.Popen(cmd, cwd=folder, env=env)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise RatingError(f"Voilà stopped before serving (exit status {proc.returncode}); its messages "
+                                      "are above. Is voila installed (pip install fabnb)?") from None
+                if time.monotonic() > deadline:
+                    raise RatingError(f"Voilà did not answer on port {port} within {timeout:.0f} s.") from None
+                time.sleep(0.3)
+        echo(f"Rating app: http://127.0.0.1:{port}/  ({len(app.items)} items; ratings go to "
+             f"{env['FABNB_RATINGS_DIR']}; Ctrl-C stops it)")
+        return proc.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+

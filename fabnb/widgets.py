@@ -1,6 +1,7 @@
 """Jupyter widgets: thin anywidget views over the plain-Python sessions.
 
 - :class:`RatingPanel` over :class:`fabnb.rating.RatingSession`
+- :class:`RatingAppView` over :class:`fabnb.rating.RatingApp` (the code-free app: a name, then the panel)
 - :class:`QACurator` over :class:`fabnb.curation.CurationSession`
 - :class:`CorpusInspector` over :class:`fabnb.corpus.CorpusSession`
 - :class:`ResultsExplorer` over :class:`fabnb.explorer.Explorer`
@@ -16,7 +17,9 @@ Tests drive :meth:`handle` without a browser.
 
 from __future__ import annotations
 
+import html
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -25,9 +28,11 @@ import anywidget
 import pandas as pd
 import traitlets
 
-from .rating import RatingError
+from .errors import FabnbError
+from .rating import RatingApp, RatingError
 
-__all__ = ['CorpusInspector', 'QACurator', 'RatingPanel', 'ResultsExplorer', 'download_link']
+__all__ = ['CorpusInspector', 'QACurator', 'RatingAppView', 'RatingPanel', 'ResultsExplorer', 'download_link',
+           'rating_app']
 
 
 def _asset(name: str) -> str:
@@ -171,6 +176,91 @@ class RatingPanel(_View):
         ratings = self.session.store.ratings(kind=self.session.kind)
         csv = ratings[ratings["rater"] == self.rater].to_csv(index=False)
         self.send({"kind": "download", "filename": f"ratings-{self.rater}.csv", "content": csv})
+
+
+class RatingAppView:
+    """The rating app's page: a name prompt, then the rating panel of that rater. No code, nothing else.
+
+    A thin view over :class:`fabnb.rating.RatingApp` (which refuses an empty name, or a
+    rater without a manifest when there are manifests); ``fabnb rate --serve`` shows it
+    with Voilà. :meth:`enter` is what typing a name and pressing Enter does.
+
+    Parameters
+    ----------
+    app : RatingApp
+
+    Examples
+    --------
+    Skipped in the doctest run: a widget needs a kernel and a front end to show.
+
+    >>> view = RatingAppView(RatingApp.from_folders("qa", "ratings"))   # doctest: +SKIP
+    >>> view.enter("ana")                                               # doctest: +SKIP
+    """
+
+    def __init__(self, app: RatingApp):
+        import ipywidgets
+
+        self.app = app
+        self.panel: RatingPanel | None = None
+        self.name = ipywidgets.Text(placeholder="your name", description="Your name:", continuous_update=False)
+        self.name.add_class("fabnb-rater-name")
+        start = ipywidgets.Button(description="Start rating", button_style="primary")
+        start.add_class("fabnb-start")
+        intro = (f"{len(app.items)} QA pairs to rate on accuracy, relevance, difficulty and diversity (1-5). "
+                 "Every score is saved the moment you give it: you can close this page and come back.")
+        if app.problems is not None and len(app.problems):
+            intro += f" ({len(app.problems)} QA file(s) could not be read and are left out.)"
+        # Escaped: a message may quote a rater's name or a folder, shown as text and never as markup.
+        self.message = ipywidgets.HTML("")
+        self.message.add_class("fabnb-app-message")
+        # Enter in the box (continuous_update=False sends the value then) or the button starts.
+        self.name.observe(lambda change: self.enter(change["new"]), names="value")
+        start.on_click(lambda _button: self.enter(self.name.value))
+        self.widget = ipywidgets.VBox([ipywidgets.HTML(f"<h3>FAB-Bench QA rating</h3><p>{html.escape(intro)}</p>"),
+                                       ipywidgets.HBox([self.name, start]), self.message])
+        self.widget.add_class("fabnb-rating-app")
+
+    def enter(self, rater: str) -> RatingPanel | None:
+        """Start rating as ``rater``: the panel replaces the prompt; a refused name is said under it."""
+        if self.panel is not None:
+            return self.panel  # already started (the button after Enter, or leaving the box)
+        try:
+            session = self.app.start(rater)
+        except RatingError as exc:
+            self.message.value = f"<p style='color:#b00020'>{html.escape(str(exc))}</p>"
+            return None
+        self.panel = RatingPanel(session)
+        self.widget.children = (self.panel,)
+        return self.panel
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+
+def rating_app(qa: str | Path | None = None, ratings: str | Path | None = None,
+               manifests: str | Path | None = None):
+    """The rating app's page (what ``fabnb rate --serve`` shows, and the Binder app link).
+
+    Each argument left out comes from the environment: ``FABNB_QA_DIR`` (unset: the
+    released 200 FAB-Bench pairs), ``FABNB_RATINGS_DIR`` (unset: ``ratings`` here) and
+    ``FABNB_MANIFESTS_DIR`` (unset: no assignments). A folder that cannot be used gives
+    a page that says what is wrong, not a traceback.
+
+    Returns
+    -------
+    RatingAppView, or an ipywidgets.Label with the problem
+    """
+    import ipywidgets
+
+    qa = qa or os.environ.get("FABNB_QA_DIR") or None
+    ratings = ratings or os.environ.get("FABNB_RATINGS_DIR") or "ratings"
+    manifests = manifests or os.environ.get("FABNB_MANIFESTS_DIR") or None
+    try:
+        return RatingAppView(RatingApp.from_folders(qa, ratings, manifests))
+    except (FabnbError, OSError) as exc:
+        label = ipywidgets.Label(f"The rating app cannot start: {exc}")
+        label.add_class("fabnb-app-message")
+        return label
 
 
 class QACurator(_View):

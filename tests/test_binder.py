@@ -69,8 +69,9 @@ def test_readme_binder_links_name_files_that_exist():
     import re
 
     readme = (ROOT / "README.md").read_text()
-    links = re.findall(r"mybinder\.org/v2/gh/[^?\s`]+\?urlpath=(?:lab|doc)/tree/([^\s`]+)", readme)
-    assert len(links) >= 2, "the README shows the start notebook and the rating panel on Binder"
+    links = re.findall(r"mybinder\.org/v2/gh/[^?\s`]+\?urlpath=(?:lab/tree|doc/tree|voila/render)/([^\s`]+)", readme)
+    assert len(links) >= 2, "the README shows the start notebook and the rating app on Binder"
+    assert "voila/render/apps/rate.ipynb" in readme, "the README links the code-free rating app"
     for path in links:
         assert (ROOT / path).is_file(), f"the README's Binder link names {path}, which does not exist"
     assert "binder/postBuild" in readme and "binder/rehearse" in readme

@@ -286,3 +286,104 @@ def test_results_explorer_in_a_real_browser(tmp_path):
                                    timeout=30_000)
         finally:
             browser.close()
+
+
+def _hostile_qa(fab_bench_dir: Path, folder: Path, n: int = 3) -> Path:
+    """``n`` released QA files with hostile HTML before each question."""
+    folder.mkdir(parents=True)
+    for path in sorted((fab_bench_dir / "QAs").rglob("ROB_00*.json"))[:n]:
+        record = json.loads(path.read_text())
+        record["question"] = HOSTILE + record["question"]
+        (folder / path.name).write_text(json.dumps(record))
+    return folder
+
+
+def _rate_in_app(page, url: str, rater: str, keys: list[str]) -> list[str]:
+    """Open the rating app, give the name with the keyboard, rate one item per key string; the items rated."""
+    page.goto(url)
+    name = page.locator(".fabnb-rater-name input")
+    name.wait_for(state="visible", timeout=120_000)
+    # The page holds no code: no input area, no editor, not the app's own cell.
+    assert page.locator(".jp-InputArea, .jp-CodeMirrorEditor, .cm-editor, .jp-InputPrompt").count() == 0
+    assert "rating_app" not in page.locator("body").inner_text()
+    name.click()
+    page.keyboard.type(rater)
+    page.keyboard.press("Enter")
+    panel = page.locator(".fabnb-rating")
+    panel.wait_for(state="visible", timeout=60_000)
+    assert page.locator(".fabnb-rater-name").count() == 0  # the prompt gave way to the panel
+    assert panel.locator(".fabnb-question").first.text_content().startswith("<img src=x")
+    assert panel.locator("img, script").count() == 0 and page.evaluate("window.pwned") is None
+    rated = []
+    for n, digits in enumerate(keys, start=1):
+        item = panel.locator(".fabnb-id").text_content().split(" · ")[0]
+        panel.click(position={"x": 5, "y": 5})
+        for key in digits:
+            page.keyboard.press(key)
+            page.wait_for_timeout(150)  # each key is one save; let the panel redraw
+        page.wait_for_function("document.querySelector('.fabnb-rating .fabnb-progress')"
+                               f".textContent.includes('{n} rated')", timeout=30_000)
+        rated.append(item)
+        page.keyboard.press("n")
+        page.wait_for_function(f"!document.querySelector('.fabnb-rating .fabnb-id').textContent"
+                               f".startsWith('{item}')", timeout=30_000)
+    return rated
+
+
+def _scores_on_disk(folder: Path, rater: str) -> dict:
+    frame = RatingStore(folder).ratings()
+    frame = frame[frame["rater"] == rater]
+    return {item: "".join(str(int(g.set_index("dimension").score[d]))
+                          for d in ("accuracy", "relevance", "difficulty", "diversity"))
+            for item, g in frame.groupby("item_id")}
+
+
+def test_rating_app_served_by_fabnb_rate_in_a_real_browser(tmp_path, fab_bench_dir):
+    """``fabnb rate --serve``: a name prompt, two items rated with the keyboard, the scores read back from disk."""
+    from playwright.sync_api import sync_playwright
+
+    qa = _hostile_qa(fab_bench_dir, tmp_path / "qa")
+    out = tmp_path / "serve.log"
+    with open(out, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "fabnb.cli", "rate", "--serve", "--qa", str(qa),
+                                 "--ratings", str(tmp_path / "ratings")], stdout=log, stderr=subprocess.STDOUT,
+                                cwd=tmp_path, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while "Rating app: " not in out.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline, out.read_text(errors="replace")[-3000:]
+            time.sleep(0.3)
+        url = out.read_text(errors="replace").split("Rating app: ", 1)[1].split()[0]
+        assert url.startswith("http://127.0.0.1:")
+        with sync_playwright() as pw:
+            browser = _chromium(pw)
+            try:
+                rated = _rate_in_app(browser.new_page(), url, "expert", ["4523", "1254"])
+            finally:
+                browser.close()
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the command stops Voilà and its kernel
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert _scores_on_disk(tmp_path / "ratings", "expert") == {rated[0]: "4523", rated[1]: "1254"}
+
+
+def test_rating_app_through_voila_inside_jupyterlab(tmp_path, fab_bench_dir):
+    """The Binder link's case: Voilà as JupyterLab's server extension (voila/render/apps/rate.ipynb)."""
+    from playwright.sync_api import sync_playwright
+
+    qa = _hostile_qa(fab_bench_dir, tmp_path / "qa")
+    work = tmp_path / "lab"
+    (work / "apps").mkdir(parents=True)
+    shutil.copy(ROOT / "apps" / "rate.ipynb", work / "apps")
+    env = {"FABNB_QA_DIR": str(qa), "FABNB_RATINGS_DIR": str(tmp_path / "ratings")}
+    with _jupyterlab(work, env, tmp_path / "lab.log") as (base, token), sync_playwright() as pw:
+        browser = _chromium(pw)
+        try:
+            rated = _rate_in_app(browser.new_page(), f"{base}/voila/render/apps/rate.ipynb?token={token}",
+                                 "binder-rater", ["3342"])
+        finally:
+            browser.close()
+    assert _scores_on_disk(tmp_path / "ratings", "binder-rater") == {rated[0]: "3342"}

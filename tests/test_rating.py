@@ -200,3 +200,65 @@ def test_a_session_takes_a_manifest_and_overlap_reads_ratings(tmp_path):
     assert (shared.shared_items >= 1).all() and shared.shared_items.sum() == 6
     with pytest.raises(RatingError, match="the manifest is for 'ana', not 'ben'"):
         RatingSession(items, "ben", store, manifest=tmp_path / "manifests" / "ana.json")
+
+
+def test_the_rating_app_asks_a_name_and_honours_manifests(tmp_path, fab_bench_dir):
+    from fabnb.rating import RatingApp, assign, write_manifests
+
+    qa = tmp_path / "qa"
+    qa.mkdir()
+    for path in sorted((fab_bench_dir / "QAs").rglob("*.json"))[:6]:
+        (qa / path.name).write_text(path.read_text())
+    (qa / "broken.json").write_text("{not json")
+    app = RatingApp.from_folders(qa, tmp_path / "ratings")
+    assert len(app.items) == 6 and len(app.problems) == 1  # the broken file is listed, the rest loads
+    for bad in ("", "   ", None):
+        with pytest.raises(RatingError, match="enter your name"):
+            app.start(bad)
+    with pytest.raises(RatingError, match="cannot name a file"):
+        app.start("...")
+    session = app.start(" ana ")
+    assert session.rater == "ana" and session.progress() == (0, 6)
+    session.rate(session.order[0], **FULL)
+    assert app.progress().to_dict("records") == [{"rater": "ana", "rated": 1, "items": 6}]
+
+    # With manifests: each rater sees only their items; a name without one is refused, naming who has one.
+    write_manifests(assign(app.items, ["ben", "chen", "dana"], per_item=2), tmp_path / "manifests")
+    app = RatingApp.from_folders(qa, tmp_path / "ratings", tmp_path / "manifests")
+    assert app.start("ben").progress() == (0, 4)
+    with pytest.raises(RatingError, match=r"no assignment for 'eve'.*ben, chen, dana"):
+        app.start("eve")
+    assert app.progress().set_index("rater")["items"].to_dict() == {"ana": 6, "ben": 4, "chen": 4, "dana": 4}
+    with pytest.raises(RatingError, match="no such folder of manifests"):
+        RatingApp.from_folders(qa, tmp_path / "ratings", tmp_path / "nowhere")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(RatingError, match="no QA pair could be read"):
+        RatingApp.from_folders(empty, tmp_path / "ratings")
+
+
+def test_the_app_notebook_in_the_repository_is_the_one_the_cli_serves(tmp_path):
+    from fabnb.rating import app_notebook
+
+    from conftest import ROOT
+
+    assert (ROOT / "apps" / "rate.ipynb").read_text() == app_notebook(tmp_path / "rate.ipynb").read_text()
+
+
+def test_fabnb_rate_prints_progress_and_refuses_a_missing_folder(tmp_path, fab_bench_dir):
+    qa = tmp_path / "qa"
+    qa.mkdir()
+    for path in sorted((fab_bench_dir / "QAs").rglob("*.json"))[:3]:
+        (qa / path.name).write_text(path.read_text())
+    store = RatingStore(tmp_path / "ratings")
+    from fabnb.datasets import read_qa_files
+
+    store.add("ana", read_qa_files(qa).pairs[0].test_id, FULL)
+    run = subprocess.run([sys.executable, "-m", "fabnb.cli", "rate", "--qa", str(qa), "--ratings",
+                          str(tmp_path / "ratings")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "3 items" in run.stdout and run.stdout.split("\n")[2].split() == ["ana", "1", "3"]
+    run = subprocess.run([sys.executable, "-m", "fabnb.cli", "rate", "--serve", "--qa", str(qa), "--ratings",
+                          str(tmp_path / "r"), "--manifests", str(tmp_path / "nowhere")], capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 2 and "nowhere: no such folder of manifests" in run.stderr

@@ -193,3 +193,43 @@ def test_front_end_cleanup_removes_every_listener(name):
     assert ons and sorted(ons) == sorted(offs), (ons, offs)
     cleanup = js[js.rindex("return () =>"):]
     assert all(f"model.off({event}, {handler})" in cleanup for event, handler in offs)
+
+
+def test_rating_app_view_asks_a_name_then_shows_only_the_panel(tmp_path, fab_bench_dir, monkeypatch):
+    import ipywidgets
+
+    from fabnb.rating import RatingApp
+    from fabnb.widgets import RatingAppView, rating_app
+
+    qa = tmp_path / "qa"
+    qa.mkdir()
+    for path in sorted((fab_bench_dir / "QAs").rglob("*.json"))[:3]:
+        (qa / path.name).write_text(path.read_text())
+    view = RatingAppView(RatingApp.from_folders(qa, tmp_path / "ratings"))
+    assert view.enter("  ") is None and "enter your name" in view.message.value
+    view.name.value = "..."  # a name that cannot name a file: said under the box, nothing stored
+    assert view.panel is None and "cannot name a file" in view.message.value and not list(tmp_path.rglob("*.jsonl"))
+    view.name.value = "ana"  # Enter in the box
+    assert isinstance(view.panel, RatingPanel) and view.widget.children == (view.panel,)
+    assert view.enter("ben") is view.panel  # a second Enter (or the button) does not start another session
+    view.panel.handle({"action": "rate", "dimension": "accuracy", "value": 3})
+    assert RatingStore(tmp_path / "ratings").ratings().rater.tolist() == ["ana"]
+
+    # A refusal that quotes the name shows it escaped: text, never markup.
+    from fabnb.rating import assign, write_manifests
+
+    write_manifests(assign(view.app.items, ["ben", "chen"], per_item=2), tmp_path / "manifests")
+    gated = RatingAppView(RatingApp.from_folders(qa, tmp_path / "ratings", tmp_path / "manifests"))
+    assert gated.enter(HOSTILE) is None and "no assignment for" in gated.message.value
+    assert "<script>" not in gated.message.value and "&lt;script&gt;" in gated.message.value
+
+    # From the environment, as Voilà's kernel gets it; a folder that cannot be used gives a page that says so.
+    monkeypatch.setenv("FABNB_QA_DIR", str(qa))
+    monkeypatch.setenv("FABNB_RATINGS_DIR", str(tmp_path / "env-ratings"))
+    monkeypatch.setenv("FABNB_MANIFESTS_DIR", str(tmp_path / "nowhere"))
+    page = rating_app()
+    assert isinstance(page, ipywidgets.Label) and "nowhere: no such folder of manifests" in page.value
+    monkeypatch.delenv("FABNB_MANIFESTS_DIR")
+    page = rating_app()
+    assert isinstance(page, RatingAppView) and len(page.app.items) == 3
+    assert page.app.store.folder == tmp_path / "env-ratings"
