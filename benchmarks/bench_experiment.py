@@ -62,8 +62,10 @@ def reply(req, n):
         out = completion(f"{req['model']} answered {digest[:12]} after reading {len(content)} characters.",
                          model=req["model"],
                          prompt_tokens=len(content) // 4, completion_tokens=12)
+    last = req["messages"][-1]["content"]
+    kind = "probe" if last == "Say 1." else ("judge" if req.get("response_format") else "answer")
     with lock:
-        log.write(digest + "\\n")
+        log.write(f"{digest}\\t{req['model']}:{kind}\\n")
     return 200, out, {}
 with StubServer(reply, delay=float(sys.argv[2])) as server:
     print(server.base_url, flush=True)
@@ -220,6 +222,9 @@ def main() -> None:
             time.sleep(0.5)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        # The server logs a request when it replies, one delay after it came in: let the calls the killed
+        # process left in flight be logged before the log is read, or they would count as the rerun's.
+        time.sleep(2 * args.delay + 0.5)
         at_kill = sum(1 for _ in open(scores_path, "rb"))
         stored_at_kill = len(ResultsStore(out / "answers.jsonl").done()) + len(score_store(scores_path).done())
         served_before = Counter(log.read_text().splitlines())
@@ -228,17 +233,22 @@ def main() -> None:
                                env=env, capture_output=True, text=True)
         rerun_s = time.perf_counter() - start
         served_all = Counter(log.read_text().splitlines())
-    repeated = sum(n - 1 for n in served_all.values() if n > 1)
-    kinds = Counter(line.split("\t", 1)[-1] for line, n in served_all.items() if n > 1 and line)
+    cells = {line: n for line, n in served_all.items() if line and not line.endswith(":probe")}
+    repeated = sum(n - 1 for n in cells.values() if n > 1)
+    kinds = Counter(line.split("\t", 1)[-1] for line, n in cells.items() if n > 1)
     if kinds:
         print("repeated bodies by model and kind:", dict(kinds.most_common(6)))
-    repeated_finished = sum(min(served_before[h], served_all[h] - served_before[h]) for h in served_before)
+    repeated_finished = sum(min(served_before[h], served_all[h] - served_before[h]) for h in served_before
+                            if not h.endswith(":probe"))
     final_answers = len(ResultsStore(out / "answers.jsonl").frame())
     final_scores = len(score_store(out / "scores.jsonl").frame())
-    asked_on_rerun = sum(served_all.values()) - sum(served_before.values())
+    probes = sum(n for line, n in served_all.items() if line.endswith(":probe")) - \
+        sum(n for line, n in served_before.items() if line.endswith(":probe"))
+    asked_on_rerun = sum(served_all.values()) - sum(served_before.values()) - probes
     unstored = n_answers + n_judge - stored_at_kill
     print(f"kill (SIGKILL) at {at_kill:,} of {n_judge:,} scores; {stored_at_kill:,} answers and scores stored. "
-          f"Rerun in {rerun_s:.0f} s (exit {rerun.returncode}): {asked_on_rerun:,} requests for the {unstored:,} cells "
+          f"Rerun in {rerun_s:.0f} s (exit {rerun.returncode}): {asked_on_rerun:,} requests (and {probes} logprobs "
+          f"probe) for the {unstored:,} cells "
           f"not stored, so {max(0, asked_on_rerun - unstored)} stored cells asked again; {repeated_finished} requests "
           f"the server had answered were asked again (calls in flight at the kill whose reply had not reached the "
           f"store; {repeated} repeated bodies in all). Final stores: {final_answers:,} answers, {final_scores:,} "

