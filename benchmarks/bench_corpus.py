@@ -1,14 +1,18 @@
-"""Corpus-stage throughput: chunking + TF-IDF + multi-hop link search on a generated corpus.
+"""Corpus-stage throughput and memory: chunking + TF-IDF + multi-hop link search on a generated corpus.
 
-Each size runs in a fresh process (so peak memory is that size's own) and prints
-its figures; the parent prints the 10M / 1M time ratio (the goal: at most 12,
-near-linear) and peak memory (the goal: under 4 GB at 10M tokens).
+The corpus of each size is generated once to disk (a folder of text files, under ``--data``), and
+every measurement runs in a fresh process that reads it with ``load_corpus``: the generator's
+memory is not counted, and each run's peak is its own. Figures per size: the median of ``--runs``
+runs for each stage's time, tokens per second, the peak RSS reached by the end of each stage,
+and scikit-learn's raw ``TfidfVectorizer`` on the same chunks in the same process (the ratio).
+With ``--dask SIZE`` that size also runs through the Dask path on a 2-worker LocalCluster.
 
-The corpus is generated: documents of 2K-40K tokens of Zipf-distributed words from
-a 60,000-word synthetic vocabulary mixed with the knowledge base's terms and
-numbers with units, so TF-IDF sees a realistic long-tailed vocabulary.
+The corpus: documents of 2K-40K tokens of Zipf-distributed words from a 60,000-word synthetic
+vocabulary mixed with the knowledge base's terms and numbers with units, so TF-IDF sees a
+realistic long-tailed vocabulary.
 
-Usage: python benchmarks/bench_corpus.py [--sizes 1000000 10000000] [--seeds 1000]
+Usage: python benchmarks/bench_corpus.py [--sizes 1000000 10000000] [--runs 1] [--seeds 1000]
+       [--data /tmp/fabnb-bench-corpus] [--dask SIZE ...]
 """
 
 from __future__ import annotations
@@ -18,17 +22,23 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
 import warnings
+from pathlib import Path
 
 
-def generate(n_tokens: int, seed: int = 0):
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def generate(n_tokens: int, folder: Path, seed: int = 0) -> dict:
+    """Write a corpus of about ``n_tokens`` tokens to ``folder`` (one text file per document)."""
     import numpy as np
-    import pandas as pd
 
-    from fabnb.corpus import corpus_from_frame, tokenizer
+    from fabnb.corpus import tokenizer
     from fabnb.terms import KnowledgeBase
 
     rng = np.random.default_rng(seed)
@@ -36,87 +46,156 @@ def generate(n_tokens: int, seed: int = 0):
                  "bel", "xo", "ur", "fa", "ion", "dep"]
     vocab = list(dict.fromkeys("".join(rng.choice(syllables, size=rng.integers(2, 5))) for _ in range(90000)))[:60000]
     vocab += KnowledgeBase.default().terms.term.tolist() + ["the", "of", "and", "a", "in", "to", "is", "with"] * 50
+    words_of = np.array(vocab, dtype=object)
+    capital = np.array([w.capitalize() for w in vocab], dtype=object)
     weights = 1.0 / np.arange(1, len(vocab) + 1) ** 1.05
     weights /= weights.sum()
     enc = tokenizer()
-    docs, total, i = [], 0, 0
+    folder.mkdir(parents=True, exist_ok=True)
+    total, i = 0, 0
     while total < n_tokens:
         n_words = int(rng.integers(1500, 30000))
-        words = rng.choice(len(vocab), size=n_words, p=weights)
-        sentences, pos = [], 0
-        while pos < n_words:
-            k = int(rng.integers(8, 30))
-            sentence = " ".join(vocab[w] for w in words[pos:pos + k])
-            if rng.random() < 0.2:
-                sentence += f" at {rng.integers(1, 900)} nm"
-            sentences.append(sentence.capitalize() + ".")
-            pos += k
-        text = " ".join(sentences)
-        docs.append({"doc_id": f"doc{i:05d}", "text": text})
+        ids = rng.choice(len(vocab), size=n_words, p=weights)
+        words = words_of[ids]
+        # Sentences of 8-29 words: a capital first word, a full stop after the last, a unit now and then.
+        ends = np.cumsum(rng.integers(8, 30, size=n_words // 8 + 1))
+        ends = ends[ends < n_words]
+        starts = np.concatenate([[0], ends])
+        words[starts] = capital[ids[starts]]
+        last = np.concatenate([ends - 1, [n_words - 1]])
+        units = rng.random(len(last)) < 0.2
+        words[last] = words[last] + np.where(units, [f" at {v} nm." for v in rng.integers(1, 900, len(last))], ".")
+        text = " ".join(words.tolist())
+        (folder / f"doc{i:05d}.txt").write_text(text, encoding="utf-8")
         total += len(enc.encode_ordinary(text))
         i += 1
-    return corpus_from_frame(pd.DataFrame(docs)), total
+    info = {"tokens": total, "documents": i, "bytes": sum(p.stat().st_size for p in folder.glob("*.txt"))}
+    info_path(folder).write_text(json.dumps(info))
+    return info
 
 
-def run_one(n_tokens: int, seeds: int) -> dict:
+def info_path(folder: Path) -> Path:
+    return folder.with_name(folder.name + ".json")  # beside the folder: load_corpus would read it as a document
+
+
+def run_one(folder: Path, seeds: int, dask_workers: int = 0) -> dict:
+    """One measurement in this (fresh) process: load, chunk, TF-IDF, links; peak RSS after each stage."""
     import numpy as np
 
-    from fabnb.corpus import chunk_corpus
+    from fabnb.corpus import chunk_corpus, load_corpus
     from fabnb.synthesis import THETA_LINK
     from fabnb.vectors import neighbours, vectorize
 
-    corpus, tokens = generate(n_tokens)
     warnings.simplefilter("ignore")
+    info = json.loads(info_path(folder).read_text())
+    out = {"tokens": info["tokens"], "documents": info["documents"], "bytes": info["bytes"],
+           "start_mb": _peak_mb()}
+    scheduler, client = None, None
+    if dask_workers:
+        from dask.distributed import Client, LocalCluster
+
+        client = Client(LocalCluster(n_workers=dask_workers, threads_per_worker=1, processes=True,
+                                     dashboard_address=None))
+        scheduler = "dask"
     t0 = time.perf_counter()
-    chunks = chunk_corpus(corpus)
+    corpus = load_corpus(folder, on_error="raise")
     t1 = time.perf_counter()
-    vectors = vectorize(chunks)
+    out["load_peak_mb"] = _peak_mb()
+    chunks = chunk_corpus(corpus, scheduler=scheduler)
+    del corpus
     t2 = time.perf_counter()
+    out["chunk_peak_mb"] = _peak_mb()
+    vectors = vectorize(chunks, scheduler=scheduler)
+    t3 = time.perf_counter()
+    out["tfidf_peak_mb"] = _peak_mb()
     rows = np.random.default_rng(1).choice(len(chunks), size=min(seeds, len(chunks)), replace=False)
     links = neighbours(vectors, rows, k=1, other_documents=True)
-    valid = int((links["cosine"] > THETA_LINK).sum())
-    t3 = time.perf_counter()
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    # Side by side: scikit-learn's TfidfVectorizer alone on the same chunks (the library vectorize is built on).
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
     t4 = time.perf_counter()
-    TfidfVectorizer(stop_words="english", dtype=np.float32).fit_transform(chunks["text"])
-    raw_s = time.perf_counter() - t4
-    return {"raw_tfidf_s": raw_s, "tfidf_vs_raw": raw_s / (t2 - t1),
-            "tokens": tokens, "documents": len(corpus.documents), "chunks": len(chunks),
-            "vocabulary": len(vectors.vocabulary), "nnz": int(vectors.matrix.nnz), "seeds": len(rows),
-            "valid_links": valid, "chunk_s": t1 - t0, "tfidf_s": t2 - t1, "links_s": t3 - t2,
-            "total_s": t3 - t0, "tokens_per_s": tokens / (t3 - t0), "peak_rss_mb": peak_mb}
+    out["links_peak_mb"] = _peak_mb()
+    out.update({"chunks": len(chunks), "vocabulary": len(vectors.vocabulary), "nnz": int(vectors.matrix.nnz),
+                "seeds": len(rows), "valid_links": int((links["cosine"] > THETA_LINK).sum()),
+                "load_s": t1 - t0, "chunk_s": t2 - t1, "tfidf_s": t3 - t2, "links_s": t4 - t3,
+                "stage_s": t4 - t1, "tokens_per_s": info["tokens"] / (t4 - t1), "peak_rss_mb": _peak_mb()})
+    if client is not None:
+        out["worker_peak_mb"] = sorted(client.run(_peak_mb).values())
+        client.close()
+    else:
+        # Side by side: scikit-learn's TfidfVectorizer alone on the same chunks (what vectorize is built on).
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        texts = chunks["text"]
+        del vectors
+        t5 = time.perf_counter()
+        TfidfVectorizer(stop_words="english", dtype=np.float32).fit_transform(texts)
+        out["raw_tfidf_s"] = time.perf_counter() - t5
+        out["tfidf_vs_raw"] = out["raw_tfidf_s"] / out["tfidf_s"]
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--runs", type=int, default=1, help="runs per size (the median is printed)")
     parser.add_argument("--seeds", type=int, default=1000, help="multi-hop seed chunks to link")
-    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--data", default="/tmp/fabnb-bench-corpus", help="where the generated corpora are kept")
+    parser.add_argument("--dask", type=int, nargs="*", default=[], help="sizes that also run on 2 Dask workers")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--generate", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.one:
-        print(json.dumps(run_one(args.one, args.seeds)))
+    if args.generate:
+        print(json.dumps(generate(args.generate, Path(args.one))))
         return
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    if args.one:
+        print(json.dumps(run_one(Path(args.one), args.seeds, args.workers)))
+        return
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2 ** 30:.0f} GiB")
     results = {}
     for n in args.sizes:
-        out = subprocess.run([sys.executable, __file__, "--one", str(n), "--seeds", str(args.seeds)],
-                             capture_output=True, text=True, check=True)
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        results[n] = r
-        print(f"{r['tokens']:>11,} tokens, {r['documents']:>5} docs, {r['chunks']:>6} chunks, "
-              f"vocab {r['vocabulary']:,}: "
-              f"chunk {r['chunk_s']:.1f} s, TF-IDF {r['tfidf_s']:.1f} s, {r['seeds']} multi-hop links "
-              f"{r['links_s']:.1f} s ({r['valid_links']} > theta_link); total {r['total_s']:.1f} s, "
-              f"{r['tokens_per_s']:,.0f} tokens/s, peak RSS {r['peak_rss_mb']:,.0f} MB; raw scikit-learn TF-IDF "
-              f"{r['raw_tfidf_s']:.1f} s (fabnb at {r['tfidf_vs_raw']:.2f} of its speed)")
+        folder = Path(args.data) / f"tokens-{n}"
+        if not info_path(folder).exists():
+            start = time.perf_counter()
+            subprocess.run([sys.executable, __file__, "--generate", str(n), "--one", str(folder)], check=True,
+                           capture_output=True)
+            print(f"generated {folder} in {time.perf_counter() - start:.0f} s", flush=True)
+        runs = []
+        for _ in range(args.runs):
+            done = subprocess.run([sys.executable, __file__, "--one", str(folder), "--seeds", str(args.seeds)],
+                                  capture_output=True, text=True)
+            if done.returncode:
+                print(f"{n:,} tokens: the run failed (exit {done.returncode}): {done.stderr[-2000:]}", flush=True)
+                break
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        if not runs:
+            continue
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0] if isinstance(runs[0][k], (int, float))}
+        results[n] = med
+        print(f"{med['tokens']:>12,.0f} tokens ({med['bytes'] / 2 ** 20:,.0f} MB on disk), {med['documents']:,.0f} "
+              f"docs, {med['chunks']:,.0f} chunks, vocab {med['vocabulary']:,.0f}, median of {len(runs)}: "
+              f"chunk {med['chunk_s']:.1f} s, TF-IDF {med['tfidf_s']:.1f} s (raw scikit-learn "
+              f"{med['raw_tfidf_s']:.1f} s: {med['tfidf_vs_raw']:.2f} of its speed), {med['seeds']:.0f} links "
+              f"{med['links_s']:.1f} s; stage {med['stage_s']:.1f} s ({med['tokens_per_s']:,.0f} tokens/s; "
+              f"loading {med['load_s']:.1f} s more). Peak RSS after loading {med['load_peak_mb']:,.0f} MB, chunking "
+              f"{med['chunk_peak_mb']:,.0f} MB, TF-IDF {med['tfidf_peak_mb']:,.0f} MB, links "
+              f"{med['links_peak_mb']:,.0f} MB; runs: {[round(r['stage_s'], 1) for r in runs]} s", flush=True)
+        if n in args.dask:
+            done = subprocess.run([sys.executable, __file__, "--one", str(folder), "--seeds", str(args.seeds),
+                                   "--workers", "2"], capture_output=True, text=True)
+            if done.returncode:
+                print(f"{n:,} tokens on Dask: failed (exit {done.returncode}): {done.stderr[-2000:]}", flush=True)
+            else:
+                r = json.loads(done.stdout.strip().splitlines()[-1])
+                print(f"{n:>12,} tokens on Dask (2 workers): chunk {r['chunk_s']:.1f} s, TF-IDF {r['tfidf_s']:.1f} s, "
+                      f"links {r['links_s']:.1f} s; stage {r['stage_s']:.1f} s; client peak "
+                      f"{r['peak_rss_mb']:,.0f} MB, worker peaks {[round(w) for w in r['worker_peak_mb']]} MB",
+                      flush=True)
     if len(results) >= 2:
-        small, large = min(results), max(results)
-        ratio = results[large]["total_s"] / results[small]["total_s"]
-        size = results[large]["tokens"] / results[small]["tokens"]
-        print(f"time ratio {large:,} / {small:,}: {ratio:.2f} for {size:.1f}x the tokens (goal: <= 12)")
+        sizes = sorted(results)
+        for small, large in zip(sizes, sizes[1:]):
+            ratio = results[large]["stage_s"] / results[small]["stage_s"]
+            size = results[large]["tokens"] / results[small]["tokens"]
+            print(f"time ratio {large:,} / {small:,}: {ratio:.2f} for {size:.2f}x the tokens")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from .terms import KnowledgeBase
 
 __all__ = ['CHUNK_COLUMNS', 'Corpus', 'CorpusError', 'CorpusSession', 'CorpusWarning', 'DOCUMENT_COLUMNS', 'FORMATS',
            'PAGE_COLUMNS', 'PROBLEM_COLUMNS', 'SECTION_COLUMNS', 'chunk_corpus', 'corpus_from_frame', 'load_corpus',
-           'tokenizer']
+           'MEMORY_PER_CHAR', 'check_memory', 'memory_available', 'tokenizer']
 
 #: File suffixes :func:`load_corpus` reads.
 FORMATS: dict[str, str] = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown",
@@ -383,20 +383,73 @@ def _chunk_one(doc_id: str, text: str, size: int, overlap: int, name: str, ids=N
     return rows
 
 
-#: Documents tokenized per batch: tiktoken encodes a batch on several threads (its Rust core releases the GIL).
+#: Peak memory of the single-process corpus stage (chunking, TF-IDF, link search) per character of
+#: document text: 5.0 bytes at 347M tokens and 5.3 at 100M (benchmarks/bench_corpus.py,
+#: docs/performance.md), rounded up.
+MEMORY_PER_CHAR = 6.0
+
+
+def memory_available() -> int | None:
+    """Bytes this process can still take: the least of the container's limit (cgroup v2 or v1)
+    less what it uses, and the machine's MemAvailable. None where neither can be read."""
+    found = []
+    for limit, used in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            cap, now = Path(limit).read_text().strip(), int(Path(used).read_text())
+        except (OSError, ValueError):
+            continue
+        if cap.isdigit() and int(cap) < 2 ** 60:  # "max" or a huge number: no limit
+            found.append(int(cap) - now)
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+        found.append(int(re.search(r"MemAvailable:\s+(\d+) kB", meminfo).group(1)) * 1024)
+    except (OSError, AttributeError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def check_memory(n_chars: int, available: int | None = None) -> None:
+    """Raise :class:`CorpusError` when chunking and vectorizing ``n_chars`` characters of text in one
+    process would not fit in the memory available (estimated with :data:`MEMORY_PER_CHAR`).
+
+    >>> check_memory(10_000, available=2 ** 30)
+    >>> check_memory(10 ** 9, available=2 * 2 ** 30)
+    Traceback (most recent call last):
+    ...
+    fabnb.corpus.CorpusError: this corpus (954 MB of text) needs about 5.6 GB to chunk and vectorize in one process, and 2.0 GB is available. Chunk and vectorize on Dask instead: chunk_corpus(corpus, scheduler="dask") and vectorize(chunks, scheduler="dask") with a dask.distributed Client (its workers can be other machines), or work on a part of the corpus.
+    """
+    available = memory_available() if available is None else available
+    need = MEMORY_PER_CHAR * n_chars
+    if available is not None and need > available:
+        raise CorpusError(f"this corpus ({n_chars / 2 ** 20:,.0f} MB of text) needs about {need / 2 ** 30:.1f} GB "
+                          f"to chunk and vectorize in one process, and {available / 2 ** 30:.1f} GB is available. "
+                          'Chunk and vectorize on Dask instead: chunk_corpus(corpus, scheduler="dask") and '
+                          'vectorize(chunks, scheduler="dask") with a dask.distributed Client (its workers can be '
+                          "other machines), or work on a part of the corpus.")
+
+
+#: Documents tokenized per batch, at most: tiktoken encodes a batch on several threads (its Rust core
+#: releases the GIL). A batch also stops at ENCODE_BATCH_CHARS characters: its token ids come back as
+#: Python ints (about 36 bytes each), so a batch of long documents would otherwise take gigabytes.
 ENCODE_BATCH = 256
+ENCODE_BATCH_CHARS = 8_000_000
 
 
 def _chunk_records(records, size, overlap, name) -> list[dict]:
     enc = tokenizer(name)
     threads = max(1, min(8, os.cpu_count() or 1))
     out = []
-    records = list(records)
-    for b0 in range(0, len(records), ENCODE_BATCH):
-        batch = records[b0:b0 + ENCODE_BATCH]
-        encoded = enc.encode_ordinary_batch([text for _, text in batch], num_threads=threads)
-        for (doc_id, text), ids in zip(batch, encoded):
-            out += _chunk_one(doc_id, text, size, overlap, name, ids)
+    batch, chars = [], 0
+    for record in [*records, None]:
+        if record is not None:
+            batch.append(record)
+            chars += len(record[1])
+        if batch and (record is None or len(batch) >= ENCODE_BATCH or chars >= ENCODE_BATCH_CHARS):
+            encoded = enc.encode_ordinary_batch([text for _, text in batch], num_threads=threads)
+            for (doc_id, text), ids in zip(batch, encoded):
+                out += _chunk_one(doc_id, text, size, overlap, name, ids)
+            batch, chars, encoded = [], 0, None
     return out
 
 
@@ -407,6 +460,7 @@ def chunk_corpus(
     tokenizer_name: str = "cl100k_base",
     scheduler: str | None = None,
     npartitions: int | None = None,
+    check: bool = True,
 ) -> pd.DataFrame:
     """Cut every document into sliding windows of ``size`` tokens overlapping by ``overlap``.
 
@@ -422,6 +476,10 @@ def chunk_corpus(
         ``dask.distributed`` client if one is running); the chunks are the same.
     npartitions : int, optional
         Dask partitions (default: 4 per worker thread).
+    check : bool
+        In one process, first estimate the memory that chunking and vectorizing this corpus
+        takes (:func:`check_memory`) and raise :class:`CorpusError`, naming the Dask way out,
+        when it would not fit. ``False`` skips the estimate.
 
     Returns
     -------
@@ -443,10 +501,13 @@ def chunk_corpus(
         bag = db.from_sequence(records, npartitions=n)
         rows = bag.map_partitions(_chunk_records, size, overlap, tokenizer_name).compute()
     elif scheduler is None:
+        if check:
+            check_memory(sum(len(text) for _, text in records))  # before the work, not in the OOM killer's hands
         rows = _chunk_records(records, size, overlap, tokenizer_name)
     else:
         raise ValueError(f"scheduler must be None or 'dask', not {scheduler!r}")
     chunks = pd.DataFrame(rows, columns=[c for c in CHUNK_COLUMNS if c not in ("tokenizer", "page", "section")])
+    del rows  # the records' dicts: as much memory again as the frame's columns
     chunks.insert(6, "tokenizer", f"tiktoken/{tokenizer_name}")
     chunks.insert(7, "page", _locate(chunks, corpus.pages, "page"))
     chunks.insert(8, "section", _locate(chunks, corpus.sections, "title"))

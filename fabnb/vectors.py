@@ -1,13 +1,15 @@
 """TF-IDF vectors of chunks and cosine neighbours (FAB-Bench Section 3.2).
 
 Vectors are scikit-learn's TF-IDF (smooth idf, L2-normalised rows, English stop
-words), kept sparse. Neighbour searches multiply one block of query rows at a
-time against the corpus, so memory grows with ``block x n_chunks``, never with
+words), kept sparse. Neighbour searches multiply the sparse corpus by one dense
+block of query rows at a time, the block sized so that it stays under
+:data:`BLOCK_BYTES` (256 MB) at any corpus size: memory never grows with
 ``n_chunks x n_chunks``.
 
 :func:`vectorize` runs in one process or, with ``scheduler="dask"``, counts
-terms per partition on Dask and merges the document frequencies: the vocabulary,
-idf and vectors come out the same either way.
+terms per partition on Dask and merges the document frequencies; the workers
+then count, weigh and normalize their partitions, and only the final rows come
+back. The vocabulary, idf and vectors come out the same either way.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-__all__ = ['ChunkVectors', 'STOP_WORDS', 'TOKEN_PATTERN', 'neighbours', 'vectorize']
+__all__ = ['BLOCK_BYTES', 'ChunkVectors', 'STOP_WORDS', 'TOKEN_PATTERN', 'neighbours', 'vectorize']
 
 STOP_WORDS = "english"
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"
@@ -144,14 +146,30 @@ def vectorize(chunks: pd.DataFrame, min_df: int = 1, scheduler: str | None = Non
     if not terms:
         raise ValueError("no terms left to vectorize: the chunks hold only stop words or nothing.")
     vocabulary = {t: i for i, t in enumerate(terms)}
-    parts = bag.map_partitions(lambda part: [_counter(vocabulary).transform(list(part))]).compute()
-    counts = sp.vstack(parts, format="csr")
-    # The same weighting step as the single-process TfidfVectorizer, so both paths give identical vectors.
-    from sklearn.feature_extraction.text import TfidfTransformer
+    # The idf from the merged frequencies, as scikit-learn's TfidfTransformer computes it (smooth, in
+    # the counts' float32): each partition then counts, weighs and normalizes on its worker, and only
+    # the final rows come back. The vectors equal the single-process path's, bit for bit (tested).
+    idf = np.array([df[t] for t in terms], dtype=np.float32) + np.float32(1.0)
+    idf = np.log(np.full_like(idf, len(texts) + 1) / idf) + np.float32(1.0)
+    parts = bag.map_partitions(lambda part: [_weighted_counts(list(part), vocabulary, idf)]).compute()
+    matrix = sp.vstack(parts, format="csr")
+    del parts
+    return ChunkVectors(chunks["chunk_id"].to_numpy(), chunks["doc_id"].to_numpy(), matrix, vocabulary,
+                        idf.astype(np.float64))
 
-    weigh = TfidfTransformer().fit(counts)
-    return ChunkVectors(chunks["chunk_id"].to_numpy(), chunks["doc_id"].to_numpy(),
-                        weigh.transform(counts, copy=False).tocsr(), vocabulary, weigh.idf_.astype(np.float64))
+
+def _weighted_counts(texts: list, vocabulary: dict, idf: np.ndarray) -> sp.csr_matrix:
+    """One partition's TF-IDF rows: counts times idf, L2-normalized (TfidfTransformer.transform's steps)."""
+    from sklearn.preprocessing import normalize
+
+    counts = _counter(vocabulary).transform(texts).tocsr()
+    counts.data *= idf[counts.indices]
+    return normalize(counts, norm="l2", copy=False)
+
+
+#: A neighbour search's dense blocks (query rows x chunks, and query rows x terms, float32) stay under
+#: this many bytes each.
+BLOCK_BYTES = 256 * 2 ** 20
 
 
 def neighbours(
@@ -163,7 +181,7 @@ def neighbours(
     exclude_documents=None,
     farthest: bool = False,
     rng: np.random.Generator | None = None,
-    block: int = 256,
+    block: int = 32,
 ) -> pd.DataFrame:
     """The ``k`` nearest (or farthest) chunks to each query row, by cosine.
 
@@ -181,7 +199,9 @@ def neighbours(
         Lowest cosine first (needle-in-haystack distractors). Ties, common at
         cosine 0, are broken by ``rng`` (seeded) so distractors vary.
     block : int
-        Query rows per sparse product; memory is ``block x n_chunks`` floats.
+        Query rows per product, at most; fewer when a block's dense scores (rows x chunks)
+        or dense queries (rows x terms) would pass :data:`BLOCK_BYTES` (256 MB), so memory
+        stays bounded at any corpus size.
 
     Returns
     -------
@@ -189,25 +209,37 @@ def neighbours(
         query (row), query_chunk, rank (0 = best), row, chunk_id, doc_id, cosine.
     """
     rows = np.atleast_1d(np.asarray(rows, dtype=int))
-    n = len(vectors)
-    excluded = np.isin(vectors.doc_ids, list(exclude_documents)) if exclude_documents is not None else None
+    n, n_terms = vectors.matrix.shape
+    block = max(1, min(block, BLOCK_BYTES // (4 * max(n, n_terms, 1))))
+    # Documents as integer codes: a query's document is compared with every chunk's as integers.
+    codes, labels = pd.factorize(vectors.doc_ids)
+    excluded = np.isin(codes, np.flatnonzero(np.isin(labels, list(exclude_documents)))) \
+        if exclude_documents is not None else None
     tiebreak = (rng or np.random.default_rng(0)).random(n) * 1e-6 if farthest else None
-    out = []
+    kk = min(k, n)
+    queries, ranks, found, cosines = [], [], [], []
     for b0 in range(0, len(rows), block):
         q = rows[b0:b0 + block]
-        sims = (vectors.matrix[q] @ vectors.matrix.T).toarray()
-        scores = -sims + tiebreak if farthest else sims.copy()
-        scores[np.arange(len(q)), q] = -np.inf
-        if other_documents:
-            scores[vectors.doc_ids[q][:, None] == vectors.doc_ids[None, :]] = -np.inf
-        if excluded is not None:
-            scores[:, excluded] = -np.inf
-        kk = min(k, n)
-        top = np.argpartition(-scores, kk - 1, axis=1)[:, :kk] if kk < n else np.tile(np.arange(n), (len(q), 1))
+        # The sparse corpus times a dense block of queries: no sparse intermediate of rows x chunks,
+        # and no transposed copy of the corpus (which `matrix[q] @ matrix.T` makes on every call).
+        sims = vectors.matrix @ vectors.matrix[q].T.toarray()  # chunks x queries, float32
         for i, query in enumerate(q):
-            order = top[i][np.argsort(-scores[i, top[i]], kind="stable")]
-            order = [j for j in order if np.isfinite(scores[i, j])][:k]
-            for rank, j in enumerate(order):
-                out.append((query, vectors.chunk_ids[query], rank, j, vectors.chunk_ids[j], vectors.doc_ids[j],
-                            float(sims[i, j])))
-    return pd.DataFrame(out, columns=["query", "query_chunk", "rank", "row", "chunk_id", "doc_id", "cosine"])
+            cos = sims[:, i]
+            scores = tiebreak - cos if farthest else cos.copy()
+            scores[query] = -np.inf
+            if other_documents:
+                scores[codes == codes[query]] = -np.inf
+            if excluded is not None:
+                scores[excluded] = -np.inf
+            top = np.argpartition(-scores, kk - 1)[:kk] if kk < n else np.arange(n)
+            order = top[np.argsort(-scores[top], kind="stable")]
+            order = order[np.isfinite(scores[order])][:k]
+            queries += [query] * len(order)
+            ranks += range(len(order))
+            found += order.tolist()
+            cosines += cos[order].tolist()
+    queries, found = np.asarray(queries, dtype=int), np.asarray(found, dtype=int)
+    return pd.DataFrame({"query": queries, "query_chunk": vectors.chunk_ids[queries], "rank": ranks, "row": found,
+                         "chunk_id": vectors.chunk_ids[found], "doc_id": vectors.doc_ids[found],
+                         "cosine": np.asarray(cosines, dtype=float)},
+                        columns=["query", "query_chunk", "rank", "row", "chunk_id", "doc_id", "cosine"])

@@ -135,3 +135,31 @@ def test_batch_encoding_gives_the_chunks_of_one_document_at_a_time(fab_bench):
     records = list(zip(docs["doc_id"], docs["text"]))[:300]
     one_by_one = [row for doc_id, text in records for row in _chunk_one(doc_id, text, 64, 16, "cl100k_base")]
     assert _chunk_records(records, 64, 16, "cl100k_base") == one_by_one and len(one_by_one) > len(records)
+    # Batches cut by characters (long documents) give the same chunks too.
+    from fabnb import corpus as corpus_module
+
+    corpus_module.ENCODE_BATCH_CHARS, saved = 5_000, corpus_module.ENCODE_BATCH_CHARS
+    try:
+        assert _chunk_records(records, 64, 16, "cl100k_base") == one_by_one
+    finally:
+        corpus_module.ENCODE_BATCH_CHARS = saved
+
+
+def test_a_corpus_that_cannot_fit_is_refused_before_the_work_naming_dask(monkeypatch):
+    from fabnb import corpus as corpus_module
+    from fabnb.corpus import MEMORY_PER_CHAR, memory_available
+
+    corpus = corpus_from_frame(pd.DataFrame({"doc_id": ["a", "b"], "text": ["Plasma etching of silicon. " * 400] * 2}))
+    n_chars = 2 * len("Plasma etching of silicon. " * 400)
+    monkeypatch.setattr(corpus_module, "memory_available", lambda: int(MEMORY_PER_CHAR * n_chars) - 1)
+    monkeypatch.setattr(corpus_module, "_chunk_records", lambda *a: pytest.fail("the work started"))
+    with pytest.raises(CorpusError, match=r'needs about .* GB .* is available.*scheduler="dask"'):
+        chunk_corpus(corpus)
+    monkeypatch.undo()
+    monkeypatch.setattr(corpus_module, "memory_available", lambda: int(MEMORY_PER_CHAR * n_chars) + 1)
+    assert len(chunk_corpus(corpus, size=64, overlap=16)) > 2  # just enough: it runs
+    monkeypatch.setattr(corpus_module, "memory_available", lambda: 1)
+    assert len(chunk_corpus(corpus, size=64, overlap=16, check=False)) > 2  # the estimate can be skipped
+    monkeypatch.undo()
+    available = memory_available()
+    assert available is None or 0 < available < 2 ** 50  # this machine's, from cgroup or /proc/meminfo

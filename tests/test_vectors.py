@@ -31,6 +31,24 @@ def test_neighbours_match_brute_force(evidence_chunks):
         assert not (got.doc_id == v.doc_ids[q]).any()
 
 
+def test_a_memory_bounded_block_gives_the_same_neighbours(evidence_chunks, monkeypatch):
+    # At 904,000 chunks a 256-row block of float32 scores would take 925 MB: the block shrinks to fit
+    # BLOCK_BYTES. Here a bound of 3 rows' worth must give exactly what larger blocks give.
+    from fabnb import vectors as vectors_module
+
+    _, v = evidence_chunks
+    rows = np.arange(0, len(v), 37)
+    full = neighbours(v, rows, k=4, other_documents=True, exclude_documents={v.doc_ids[3]}, block=256)
+    monkeypatch.setattr(vectors_module, "BLOCK_BYTES", 3 * 4 * max(v.matrix.shape))
+    calls = []
+    real = type(v.matrix).__matmul__
+    monkeypatch.setattr(type(v.matrix), "__matmul__", lambda a, b: calls.append(b.shape[1]) or real(a, b))
+    small = neighbours(v, rows, k=4, other_documents=True, exclude_documents={v.doc_ids[3]})
+    assert max(calls) == 3 and len(calls) == -(-len(rows) // 3)
+    pd.testing.assert_frame_equal(small, full)
+    assert len(full) == 4 * len(rows) and v.doc_ids[3] not in set(full.doc_id)
+
+
 def test_farthest_are_minimal_and_exclusions_hold(evidence_chunks):
     chunks, v = evidence_chunks
     far = neighbours(v, [5], k=4, farthest=True, exclude_documents={v.doc_ids[0]})
@@ -61,7 +79,7 @@ def test_dask_gives_the_same_chunks_and_vectors(fab_bench):
     pd.testing.assert_frame_equal(single, distributed)
     vs = vectorize(single)
     assert vs.vocabulary == vd.vocabulary
-    assert abs(vs.matrix - vd.matrix).max() == 0
+    assert abs(vs.matrix - vd.matrix).max() == 0 and np.array_equal(vs.idf, vd.idf)
     a = neighbours(vs, range(0, len(vs), 25), k=3, other_documents=True)
     b = neighbours(vd, range(0, len(vd), 25), k=3, other_documents=True)
     pd.testing.assert_frame_equal(a, b)
