@@ -604,7 +604,7 @@ def app_notebook(path: str | Path) -> Path:
     """Write the rating app's notebook (:data:`APP_CELL`, no outputs) to ``path``; the repository's
     ``apps/rate.ipynb`` (the Binder link's page) is this file."""
     path = Path(path)
-    cell = {"cell_type": "code", "execution_count": None, "id": "rating-app", "metadata": {}, "outputs": [],
+    cell = {"cell_type": "code", "execution_count": None, "id": "0", "metadata": {}, "outputs": [],  # as nbstripout
             "source": APP_CELL.splitlines(keepends=True)}
     nb = {"cells": [cell], "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
                                                        "name": "python3"},
