@@ -393,13 +393,20 @@ def memory_available() -> int | None:
     """Bytes this process can still take: the least of the container's limit (cgroup v2 or v1)
     less what it uses, and the machine's MemAvailable. None where neither can be read."""
     found = []
-    for limit, used in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+    for folder, limit, used, cache in (("/sys/fs/cgroup", "memory.max", "memory.current", "inactive_file"),
+                                       ("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes",
+                                        "total_inactive_file")):
         try:
-            cap, now = Path(limit).read_text().strip(), int(Path(used).read_text())
+            cap, now = (Path(folder) / limit).read_text().strip(), int((Path(folder) / used).read_text())
         except (OSError, ValueError):
             continue
         if cap.isdigit() and int(cap) < 2 ** 60:  # "max" or a huge number: no limit
+            # The usage counts the page cache; its inactive part is given back on demand.
+            try:
+                stat = dict(line.split() for line in (Path(folder) / "memory.stat").read_text().splitlines())
+                now -= int(stat.get(cache, 0))
+            except (OSError, ValueError):
+                pass
             found.append(int(cap) - now)
     try:
         meminfo = Path("/proc/meminfo").read_text()

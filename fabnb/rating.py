@@ -641,6 +641,7 @@ def serve_app(qa: str | Path | None = None, ratings: str | Path = "ratings", man
         Voilà's exit status (0 after Ctrl-C).
     """
     import os
+    import shutil
     import socket
     import subprocess
     import sys
@@ -687,4 +688,5 @@ def serve_app(qa: str | Path | None = None, ratings: str | Path = "ratings", man
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        shutil.rmtree(folder, ignore_errors=True)  # the app's notebook; the ratings live elsewhere
 
