@@ -443,20 +443,27 @@ ENCODE_BATCH = 256
 ENCODE_BATCH_CHARS = 8_000_000
 
 
+def _batches(records):
+    """(doc_id, text) records in batches of at most ENCODE_BATCH documents and ENCODE_BATCH_CHARS characters."""
+    batch, chars = [], 0
+    for record in records:
+        batch.append(record)
+        chars += len(record[1])
+        if len(batch) >= ENCODE_BATCH or chars >= ENCODE_BATCH_CHARS:
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch
+
+
 def _chunk_records(records, size, overlap, name) -> list[dict]:
     enc = tokenizer(name)
     threads = max(1, min(8, os.cpu_count() or 1))
     out = []
-    batch, chars = [], 0
-    for record in [*records, None]:
-        if record is not None:
-            batch.append(record)
-            chars += len(record[1])
-        if batch and (record is None or len(batch) >= ENCODE_BATCH or chars >= ENCODE_BATCH_CHARS):
-            encoded = enc.encode_ordinary_batch([text for _, text in batch], num_threads=threads)
-            for (doc_id, text), ids in zip(batch, encoded):
-                out += _chunk_one(doc_id, text, size, overlap, name, ids)
-            batch, chars, encoded = [], 0, None
+    for batch in _batches(records):
+        encoded = enc.encode_ordinary_batch([text for _, text in batch], num_threads=threads)
+        for (doc_id, text), ids in zip(batch, encoded):
+            out += _chunk_one(doc_id, text, size, overlap, name, ids)
     return out
 
 

@@ -33,10 +33,9 @@ from .records import read_jsonl as _read_records
 from .stats import icc, krippendorff_alpha, weighted_kappa  # noqa: F401 - re-exported: fabnb.rating.icc, ...
 
 __all__ = ['BLIND_FIELDS', 'DIMENSIONS', 'RATING_COLUMNS', 'RatingApp', 'RatingError', 'RatingSession', 'RatingStore',
-           'SCALE', 'serve_app',
-           'SCHEMES', 'VERDICT_DIMENSIONS', 'agreement', 'assign', 'icc', 'krippendorff_alpha', 'overlap',
-           'quality_table', 'rating_items', 'rating_matrix', 'read_jsonl', 'read_manifest', 'weighted_kappa',
-           'write_manifests', 'app_notebook']
+           'SCALE', 'SCHEMES', 'VERDICT_DIMENSIONS', 'agreement', 'app_notebook', 'assign', 'icc', 'krippendorff_alpha',
+           'overlap', 'quality_table', 'rating_items', 'rating_matrix', 'read_jsonl', 'read_manifest', 'serve_app',
+           'weighted_kappa', 'write_manifests']
 
 #: Appendix D's four dimensions and their one-line definitions (1-5 scale).
 DIMENSIONS: dict[str, str] = {
@@ -68,6 +67,11 @@ def _safe_name(rater: str) -> str:
     if not name or name.startswith("."):
         raise RatingError(f"rater name {rater!r} cannot name a file; use letters, digits, '-' or '_'.")
     return name
+
+
+def _manifest_path(folder: str | Path, rater: str) -> Path:
+    """Where :func:`write_manifests` puts a rater's manifest, and where the app looks for it."""
+    return Path(folder) / f"{_safe_name(rater)}.json"
 
 
 class RatingStore:
@@ -465,7 +469,7 @@ def write_manifests(assignments: pd.DataFrame, folder: str | Path) -> list[Path]
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for rater, group in assignments.groupby("rater", sort=True):
-        path = folder / f"{_safe_name(rater)}.json"
+        path = _manifest_path(folder, rater)
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps({"rater": rater, "items": group["item_id"].tolist()}, indent=1), encoding="utf-8")
         tmp.replace(path)
@@ -571,7 +575,7 @@ class RatingApp:
         assigned = set(self.raters_with_manifest())
         rows = []
         for rater in sorted(set(self.store.raters()) | assigned):
-            manifest = Path(self.manifests) / f"{_safe_name(rater)}.json" if rater in assigned else None
+            manifest = _manifest_path(self.manifests, rater) if rater in assigned else None
             done, total = RatingSession(self.items, rater, self.store, seed=self.seed, manifest=manifest).progress()
             rows.append({"rater": rater, "rated": done, "items": total})
         return pd.DataFrame(rows, columns=["rater", "rated", "items"])
@@ -587,7 +591,7 @@ class RatingApp:
         _safe_name(rater)  # a name that cannot name a file says so here, before anything is written
         manifest = None
         if self.manifests is not None:
-            path = Path(self.manifests) / f"{_safe_name(rater)}.json"
+            path = _manifest_path(self.manifests, rater)
             if not path.exists():
                 known = self.raters_with_manifest()
                 raise RatingError(f"no assignment for {rater!r} in {self.manifests}; raters with one: "
@@ -647,13 +651,12 @@ def serve_app(qa: str | Path | None = None, ratings: str | Path = "ratings", man
     import sys
     import tempfile
 
+    from .local import _free_port
+
     app = RatingApp.from_folders(qa, ratings, manifests)  # a bad folder fails here, with its name
     folder = Path(tempfile.mkdtemp(prefix="fabnb-rate-"))
     notebook = app_notebook(folder / "rate.ipynb")
-    if port is None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+    port = port or _free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("FABNB_QA_DIR", "FABNB_MANIFESTS_DIR")}
     env["FABNB_RATINGS_DIR"] = str(Path(ratings).resolve())
     if qa:

@@ -15,6 +15,7 @@ back. The vocabulary, idf and vectors come out the same either way.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -50,6 +51,11 @@ class ChunkVectors:
 
     def __len__(self) -> int:
         return self.matrix.shape[0]
+
+    @cached_property
+    def doc_codes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(an integer code per row, the document id of each code): ``pd.factorize(doc_ids)``, once."""
+        return pd.factorize(self.doc_ids)
 
     def row(self, chunk_id: str) -> int:
         """Row index of a chunk id."""
@@ -212,7 +218,7 @@ def neighbours(
     n, n_terms = vectors.matrix.shape
     block = max(1, min(block, BLOCK_BYTES // (4 * max(n, n_terms, 1))))
     # Documents as integer codes: a query's document is compared with every chunk's as integers.
-    codes, labels = pd.factorize(vectors.doc_ids)
+    codes, labels = vectors.doc_codes
     excluded = np.isin(codes, np.flatnonzero(np.isin(labels, list(exclude_documents)))) \
         if exclude_documents is not None else None
     tiebreak = (rng or np.random.default_rng(0)).random(n) * 1e-6 if farthest else None

@@ -14,6 +14,19 @@ ROOT = Path(__file__).resolve().parents[1]
 FAB_BENCH = Path(os.environ.get("FABNB_FAB_BENCH_DIR") or ROOT.parent / "shared" / "data" / "fab-bench")
 
 
+def qa_folder(fab_bench_dir: Path, folder: Path, n: int, pattern: str = "*.json", prefix: str = "") -> Path:
+    """The first ``n`` released QA files matching ``pattern`` copied to ``folder`` (created), with
+    ``prefix`` put before each question (hostile HTML, say)."""
+    import json
+
+    folder.mkdir(parents=True)
+    for path in sorted((fab_bench_dir / "QAs").rglob(pattern))[:n]:
+        record = json.loads(path.read_text())
+        record["question"] = prefix + record["question"]
+        (folder / path.name).write_text(json.dumps(record))
+    return folder
+
+
 def long_frame(curves: dict, metric: str = "average") -> pd.DataFrame:
     """{model: {context_k: score}} -> a score frame of one metric."""
     rows = [{"model": m, "context_k": float(k), "metric": metric, "score": float(v)}

@@ -10,7 +10,6 @@ OS packages; without it this test fails (it is not skipped).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -25,13 +24,18 @@ import pytest
 
 from fabnb.rating import RatingStore
 
-from conftest import ROOT
+from conftest import ROOT, qa_folder
 
 pytestmark = pytest.mark.browser
 
 HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=1</script> '
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+
+
+def _hostile_qa(fab_bench_dir: Path, folder: Path) -> Path:
+    """Three released QA files with hostile HTML before each question."""
+    return qa_folder(fab_bench_dir, folder, 3, "ROB_00*.json", HOSTILE)
 
 
 def _free_port() -> int:
@@ -104,12 +108,7 @@ def _one_cell_notebook(work: Path, name: str, source: str) -> str:
 @pytest.fixture
 def lab(tmp_path, fab_bench_dir):
     """JupyterLab on loopback over a folder with the rating notebook and three hostile QA files."""
-    qa = tmp_path / "qa"
-    qa.mkdir()
-    for path in sorted((fab_bench_dir / "QAs").rglob("ROB_00*.json"))[:3]:
-        record = json.loads(path.read_text())
-        record["question"] = HOSTILE + record["question"]
-        (qa / path.name).write_text(json.dumps(record))
+    qa = _hostile_qa(fab_bench_dir, tmp_path / "qa")
     work = tmp_path / "lab"
     work.mkdir()
     shutil.copy(ROOT / "notebooks" / "05_rate_pairs.ipynb", work)
@@ -286,16 +285,6 @@ def test_results_explorer_in_a_real_browser(tmp_path):
                                    timeout=30_000)
         finally:
             browser.close()
-
-
-def _hostile_qa(fab_bench_dir: Path, folder: Path, n: int = 3) -> Path:
-    """``n`` released QA files with hostile HTML before each question."""
-    folder.mkdir(parents=True)
-    for path in sorted((fab_bench_dir / "QAs").rglob("ROB_00*.json"))[:n]:
-        record = json.loads(path.read_text())
-        record["question"] = HOSTILE + record["question"]
-        (folder / path.name).write_text(json.dumps(record))
-    return folder
 
 
 def _rate_in_app(page, url: str, rater: str, keys: list[str]) -> list[str]:

@@ -21,6 +21,8 @@ from fabnb.rating import (
     weighted_kappa,
 )
 
+from conftest import ROOT, qa_folder
+
 FULL = {"accuracy": 5, "relevance": 4, "difficulty": 3, "diversity": 2}
 
 
@@ -205,10 +207,7 @@ def test_a_session_takes_a_manifest_and_overlap_reads_ratings(tmp_path):
 def test_the_rating_app_asks_a_name_and_honours_manifests(tmp_path, fab_bench_dir):
     from fabnb.rating import RatingApp, assign, write_manifests
 
-    qa = tmp_path / "qa"
-    qa.mkdir()
-    for path in sorted((fab_bench_dir / "QAs").rglob("*.json"))[:6]:
-        (qa / path.name).write_text(path.read_text())
+    qa = qa_folder(fab_bench_dir, tmp_path / "qa", 6)
     (qa / "broken.json").write_text("{not json")
     app = RatingApp.from_folders(qa, tmp_path / "ratings")
     assert len(app.items) == 6 and len(app.problems) == 1  # the broken file is listed, the rest loads
@@ -240,16 +239,11 @@ def test_the_rating_app_asks_a_name_and_honours_manifests(tmp_path, fab_bench_di
 def test_the_app_notebook_in_the_repository_is_the_one_the_cli_serves(tmp_path):
     from fabnb.rating import app_notebook
 
-    from conftest import ROOT
-
     assert (ROOT / "apps" / "rate.ipynb").read_text() == app_notebook(tmp_path / "rate.ipynb").read_text()
 
 
 def test_fabnb_rate_prints_progress_and_refuses_a_missing_folder(tmp_path, fab_bench_dir):
-    qa = tmp_path / "qa"
-    qa.mkdir()
-    for path in sorted((fab_bench_dir / "QAs").rglob("*.json"))[:3]:
-        (qa / path.name).write_text(path.read_text())
+    qa = qa_folder(fab_bench_dir, tmp_path / "qa", 3)
     store = RatingStore(tmp_path / "ratings")
     from fabnb.datasets import read_qa_files
 

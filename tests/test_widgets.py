@@ -11,6 +11,8 @@ from fabnb.curation import CurationSession
 from fabnb.rating import RatingSession, RatingStore, rating_items
 from fabnb.widgets import CorpusInspector, QACurator, RatingPanel
 
+from conftest import qa_folder
+
 HOSTILE = '<script>window.pwned=1</script><img src=x onerror="window.pwned=1">'
 WIDGETS = Path(__file__).resolve().parents[1] / "widgets"
 
@@ -201,10 +203,7 @@ def test_rating_app_view_asks_a_name_then_shows_only_the_panel(tmp_path, fab_ben
     from fabnb.rating import RatingApp
     from fabnb.widgets import RatingAppView, rating_app
 
-    qa = tmp_path / "qa"
-    qa.mkdir()
-    for path in sorted((fab_bench_dir / "QAs").rglob("*.json"))[:3]:
-        (qa / path.name).write_text(path.read_text())
+    qa = qa_folder(fab_bench_dir, tmp_path / "qa", 3)
     view = RatingAppView(RatingApp.from_folders(qa, tmp_path / "ratings"))
     assert view.enter("  ") is None and "enter your name" in view.message.value
     view.name.value = "..."  # a name that cannot name a file: said under the box, nothing stored
