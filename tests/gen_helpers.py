@@ -56,3 +56,20 @@ def qa_reply(broken_first=0):
         return 200, completion('{"question": "%s", "answer": "%s", "evidence": ["%s"]}' % (question, answer, first)), {}
 
     return reply
+
+
+def notebook_parameters(name: str) -> dict:
+    """The values a numbered notebook's parameters cells set (its code cells before the first that uses
+    fabnb), as the notebook runs in the suite: a test that makes the notebook's own calls fills the suite's
+    response cache, and the notebook, run later, replays those replies instead of asking the model again."""
+    import nbformat
+
+    from conftest import ROOT
+
+    book = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    values: dict = {}
+    for cell in (c for c in book.cells if c.cell_type == "code"):
+        if "fabnb" in cell.source:
+            break
+        exec(cell.source, values)
+    return values

@@ -2,6 +2,7 @@
 
 import tomllib
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -94,3 +95,25 @@ def test_notebooks_that_write_results_warn_on_binder_and_offer_a_download():
             continue
         assert "On Binder" in book.cells[0].source, f"{path.name}: the first cell must say Binder is temporary"
         assert "download_link(" in code, f"{path.name}: no download link for its results"
+
+
+@pytest.mark.binder
+def test_the_binder_rehearsal_builds_from_binder_alone_and_every_notebook_fits(tmp_path, fab_bench_dir):
+    """binder/rehearse: a fresh environment from binder/ (this environment's portable llama.cpp build reused,
+    not compiled again), the release fetched by postBuild from a loopback stand-in for GitHub, notebooks
+    00, 05, 06 and 07 run under binder/start, each under 1,700 MB PSS for its whole process tree."""
+    import subprocess
+    import sys
+
+    table = tmp_path / "binder.md"
+    done = subprocess.run([sys.executable, str(BINDER / "rehearse"), "--release-dir", str(fab_bench_dir),
+                           "--llama-from", sys.executable, "--venv", str(tmp_path / "venv"), "--table", str(table)],
+                          capture_output=True, text=True, timeout=2400)
+    print(done.stdout[-4000:], done.stderr[-4000:])  # the table and the build's log, shown on failure
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "postBuild: FAB-Bench release verified at" in done.stdout + done.stderr
+    assert "reused the portable llama.cpp build" in done.stdout
+    rows = [line.split("|")[1:-1] for line in table.read_text().splitlines()[2:]]
+    assert [r[0].strip() for r in rows] == ["00_start_here", "05_rate_pairs", "06_run_rag", "07_judge_answers"]
+    for name, _, peak, _ in rows:
+        assert 50 < float(peak.replace(",", "")) <= 1700, f"{name}: peak {peak} MB"

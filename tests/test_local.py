@@ -14,7 +14,7 @@ from fabnb.generation import GenerationConfig, generate_qa, quoted_share
 from fabnb.llm import LLMError, ResponseCache
 from fabnb.local import PORTABLE_INSTALL, LocalServer, build_report
 
-from gen_helpers import small_contexts
+from gen_helpers import notebook_parameters
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_llama_server.py"))]
 
@@ -148,10 +148,23 @@ def test_schema_constrained_output_is_valid_json(fast_server):
 
 
 @pytest.mark.model
-def test_generation_on_the_real_model_counts_and_retries_failures(fast_server, tmp_path):
-    chunks, contexts = small_contexts()
-    llm = fast_server.llm(cache=ResponseCache(tmp_path / "gen.sqlite"))
-    run = generate_qa(contexts, llm, n=2, chunks=chunks, config=GenerationConfig(max_tokens=256, r_max=4))
+def test_generation_on_the_real_model_counts_and_retries_failures(fab_bench):
+    """Notebook 03's generation (its parameters, its calls) on the real model. The replies go to the suite's
+    response cache, so the notebook, run later in the suite, replays them instead of asking again."""
+    from fabnb.corpus import chunk_corpus
+    from fabnb.datasets import evidence_corpus
+    from fabnb.local import default_llm
+    from fabnb.synthesis import needle_in_haystack
+    from fabnb.vectors import vectorize
+
+    nb = notebook_parameters("03_generate_qa.ipynb")
+    assert nb["CORPUS"] is None  # the notebook's default: the FAB-Bench evidence corpus
+    chunks = chunk_corpus(evidence_corpus(fab_bench), size=128, overlap=32)
+    contexts = needle_in_haystack(chunks, vectorize(chunks), n=4 * nb["N_PAIRS"], n_distractors=nb["N_DISTRACTORS"],
+                                  seed=nb["SEED"])
+    llm = default_llm()
+    config = GenerationConfig(max_tokens=nb["MAX_TOKENS"], r_max=nb["R_MAX"])
+    run = generate_qa(contexts, llm, n=nb["N_PAIRS"], chunks=chunks, seed=nb["SEED"], config=config)
     a = run.attempts
     assert len(run.pairs) >= 1, run.attempts[["failure", "message"]].to_string()
     failed = a[a.outcome == "failed"]
@@ -162,7 +175,7 @@ def test_generation_on_the_real_model_counts_and_retries_failures(fast_server, t
     assert pair["generation_metadata"]["model"] == llm.model
     evidence = pair["gold_context_sources"][0]["evidence"]
     assert max(quoted_share(evidence, c) for c in chunks.text) >= 0.8  # quoted from the corpus
-    rerun = generate_qa(contexts, llm, n=2, chunks=chunks, config=GenerationConfig(max_tokens=256, r_max=4))
+    rerun = generate_qa(contexts, llm, n=nb["N_PAIRS"], chunks=chunks, seed=nb["SEED"], config=config)
     assert rerun.attempts.cached.all() and [p["question"] for p in rerun.pairs] == [p["question"] for p in run.pairs]
 
 
@@ -173,6 +186,36 @@ def test_a_broken_model_file_fails_with_the_servers_words(tmp_path):
     with pytest.raises(LLMError, match="died while starting: exit code") as info:
         LocalServer(model=bad, startup_timeout=60).start()
     assert info.value.cause == "server-died"
+
+
+@pytest.mark.model
+def test_the_server_keeps_only_the_logits_a_completion_reads_with_the_same_values():
+    """fabnb._llama_server's eval asks llama.cpp for each call's last row only: the rows a completion's
+    log-probabilities read equal those of llama-cpp-python's own eval bit for bit, and the prompt's other rows are
+    never filled (1 MB each with Gemma's vocabulary)."""
+    import numpy as np
+    from llama_cpp import Llama
+
+    import fabnb._llama_server as patched
+    from fabnb.local import model_path
+
+    model = Llama(str(model_path()), n_ctx=256, n_batch=16, logits_all=True, verbose=False, seed=0)
+    prompt = model.tokenize(b"Plasma etching removes silicon from the wafer where the mask leaves it open, and " * 3)
+    generated = [236761, 506, 1345]  # then three tokens, one call each, as a completion evaluates them
+    rows = {}
+    for name, run in (("theirs", patched._original_eval), ("ours", patched.eval_keeping_last_rows)):
+        model.reset()
+        model.scores[:] = np.nan
+        run(model, prompt)
+        for token in generated:
+            run(model, [token])
+        rows[name] = model.scores[:model.n_tokens].copy()
+    n = len(prompt)
+    assert n > 2 * 16  # the prompt spans several batches
+    read = slice(n - 1, n + len(generated))  # what Llama._create_completion reads without echo
+    assert np.array_equal(rows["ours"][read], rows["theirs"][read])  # bit for bit (measured)
+    assert np.isnan(rows["ours"][:n - 1]).all() and np.isfinite(rows["theirs"][:n - 1]).all()
+    assert Llama.eval is patched.eval_keeping_last_rows
 
 
 @pytest.mark.model

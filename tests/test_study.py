@@ -27,6 +27,7 @@ from fabnb.study import (
 )
 from fabnb.widgets import RatingPanel
 
+from gen_helpers import notebook_parameters
 from stub_openai import StubServer, completion
 
 CRITERIA = ("faithfulness", "relevance", "completeness", "clarity", "keyword_match")
@@ -306,32 +307,36 @@ def test_a_study_without_tests_or_models_says_what_to_do(tmp_path):
 
 @pytest.mark.model
 def test_the_whole_study_on_the_embedded_model(tmp_path, fab_bench):
-    """One generated PDF and one real FAB-Bench document, TF-IDF / BM25 / MiniLM, the real Gemma 3 270M."""
+    """Notebook 08's study (its parameters cell, its calls) on the real Gemma 3 270M: generated PDFs and real
+    FAB-Bench documents, BM25 and MiniLM. The replies go to the suite's response cache, so the notebook, run
+    later in the suite, replays them: the model's work is done once and checked here in detail."""
     from fabnb.corpus import load_corpus
     from fabnb.datasets import evidence_corpus
     from fabnb.documents import DocumentSpec, write_documents
-    from fabnb.local import LocalServer
+    from fabnb.local import default_llm
+    from fabnb.study import generator_llms
     from fabnb.testcases import ANSWER_SUPPORT, answer_support
 
-    with LocalServer(n_ctx=4096) as server:
-        llm = server.llm()
-        generated = write_documents([DocumentSpec("plasma etching of silicon wafers", words=150)], llm,
-                                    tmp_path / "docs")
-        assert len(generated.documents) + len(generated.rejected) == 1
-        parts = {"real": evidence_corpus(fab_bench)}
-        if len(generated.documents):
-            parts["generated"] = load_corpus(generated.documents.pdf_path.tolist())
-        corpus, origins = combine_corpora(parts, n=1, seed=3)
-        chunks = chunk_corpus(corpus, size=128, overlap=32)
-        study = run_study(chunks, {"gemma": llm}, tmp_path / "study", origins=origins, n_per_generator=1,
-                          exclusions=generated.rejected, n_boot=300)
+    nb = notebook_parameters("08_test_rag.ipynb")
+    llm = default_llm()
+    generated = write_documents([DocumentSpec(topic, words=nb["DOC_WORDS"], toc=True, citations=True)
+                                 for topic in nb["TOPICS"]], llm, tmp_path / "documents", seed=nb["SEED"])
+    assert len(generated.documents) + len(generated.rejected) == len(nb["TOPICS"])
+    corpus, origins = combine_corpora({"generated": load_corpus(generated.documents.pdf_path.tolist()),
+                                       "real": evidence_corpus(fab_bench)}, n=nb["N_REAL"], seed=nb["SEED"])
+    chunks = chunk_corpus(corpus, size=nb["CHUNK_TOKENS"], overlap=nb["CHUNK_TOKENS"] // 4)
+    study = run_study(chunks, generator_llms(), tmp_path / "study", origins=origins, embeddings=nb["EMBEDDINGS"],
+                      tester=llm, oracle=llm, n_per_generator=nb["N_PER_GENERATOR"],
+                      exclusions=generated.rejected, seed=nb["SEED"])
+    n_configs = len(nb["EMBEDDINGS"])
 
-    assert study.configurations.status.tolist() == ["ok", "ok", "ok"]  # the dense model is installed and works
-    assert set(study.configurations.embedding) == {"tfidf", "bm25", "minilm"}
+    assert study.configurations.status.tolist() == ["ok"] * n_configs  # the dense model is installed and works
+    assert set(study.configurations.embedding) == set(nb["EMBEDDINGS"]) >= {"bm25", "minilm"}
     assert set(study.tables) == set(TABLES) and all(isinstance(t, pd.DataFrame) for t in study.tables.values())
     by_config = study.tables["failures_by_configuration"]
-    assert len(by_config) == 3 and by_config.tests.eq(len(study.tests)).all()  # every test answered and judged
-    assert len(study.tables["configuration_pairs"]) == 3 and study.tables["configuration_pairs"].p_value.notna().all()
+    assert len(by_config) == n_configs and by_config.tests.eq(len(study.tests)).all()  # all answered and judged
+    pairs = study.tables["configuration_pairs"]
+    assert len(pairs) == n_configs * (n_configs - 1) // 2 and pairs.p_value.notna().all()
     assert study.tables["strongest_configuration"].configuration.iloc[0] in set(by_config.configuration)
     assert set(study.tables["yield_by_generator"].generator) == set(("complex_passage", "negative_rejection",
                                                                      "coverage", "random", "fair_baseline"))

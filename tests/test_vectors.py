@@ -85,6 +85,46 @@ def test_dask_gives_the_same_chunks_and_vectors(fab_bench):
     pd.testing.assert_frame_equal(a, b)
 
 
+def test_vectorize_corpus_on_dask_gives_the_same_chunks_and_vectors_and_can_leave_the_texts(fab_bench):
+    """The way out for a corpus that does not fit: chunking and TF-IDF on the workers, the same results."""
+    from dask.distributed import Client, LocalCluster
+
+    from fabnb.vectors import _partitions, vectorize_corpus
+
+    corpus = evidence_corpus(fab_bench)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        single = chunk_corpus(corpus, size=128, overlap=32)
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+                Client(cluster):
+            chunks, vd = vectorize_corpus(corpus, size=128, overlap=32, npartitions=5)
+            bare, vb = vectorize_corpus(corpus, size=128, overlap=32, npartitions=3, text=False)
+    pd.testing.assert_frame_equal(single, chunks)
+    pd.testing.assert_frame_equal(single.drop(columns="text"), bare)
+    vs = vectorize(single)
+    for v in (vd, vb):
+        assert v.vocabulary == vs.vocabulary and np.array_equal(v.idf, vs.idf)
+        assert v.matrix.dtype == np.float32 and v.matrix.has_canonical_format
+        assert abs(vs.matrix - v.matrix).max() == 0 and np.array_equal(v.chunk_ids, vs.chunk_ids)
+    # a chunk's text, where the bare rows leave it: its document's text between its offsets
+    docs = corpus.documents.set_index("doc_id").text
+    row = bare.iloc[len(bare) // 2]
+    assert docs[row.doc_id][row.char_start:row.char_end] == single.text.iloc[len(bare) // 2]
+    # partitions: consecutive documents, none empty, of about equal text
+    records = [(f"d{i}", "x" * (i % 7 + 1)) for i in range(50)]
+    parts = _partitions(records, 4)
+    assert [r for p in parts for r in p] == records and len(parts) == 4 and all(parts)
+    assert _partitions(records[:2], 8) == [records[:1], records[1:2]] and _partitions([], 3) == []
+
+
+def test_vectorize_corpus_without_a_cluster_says_how_to_start_one(fab_bench):
+    from fabnb.corpus import CorpusError
+    from fabnb.vectors import vectorize_corpus
+
+    with pytest.raises(CorpusError, match=r"none is running: start one first .*Client\(\)"):
+        vectorize_corpus(evidence_corpus(fab_bench))
+
+
 def test_only_stop_words_is_a_clear_error():
     with pytest.raises(ValueError, match="only stop words"):
         vectorize(pd.DataFrame({"chunk_id": ["a"], "doc_id": ["d"], "text": ["the and of"]}))
