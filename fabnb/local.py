@@ -290,8 +290,11 @@ class LocalServer:
             command += ["--n_batch", str(self.n_batch), "--n_ubatch", str(self.n_batch)]
         fd, name = tempfile.mkstemp(prefix="fabnb-llama-", suffix=".log")
         self.log_path = Path(name)
+        # One malloc arena: glibc gives each of the server's threads its own, and each keeps what a JSON-schema
+        # grammar once took. Notebook 03's calls: peak 927 to 750 MB, the same speed. A value set by the user wins.
+        env = {**os.environ, "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "1")}
         self.process = subprocess.Popen(command, stdout=fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+                                        env=env, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         os.close(fd)
         deadline = time.monotonic() + self.startup_timeout
         while True:

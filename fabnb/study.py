@@ -40,6 +40,7 @@ import pandas as pd
 from .corpus import corpus_from_frame
 from .errors import FabnbError
 from .judge import (
+    PAIR_COLUMNS,
     bootstrap_group_diff,
     compare_configurations,
     failure_table,
@@ -258,8 +259,8 @@ def configuration_pairs(verdicts: pd.DataFrame, tests: pd.DataFrame, n_boot: int
     systems = sorted(verdicts["system"].dropna().unique())
     rows = [compare_configurations(verdicts, a, b, tests=tests, n_boot=n_boot, seed=seed)
             for a, b in combinations(systems, 2)]
-    if not rows:
-        return pd.DataFrame(columns=["a", "b", "n", "p_value", "p_holm", "diff", "ci_low", "ci_high"])
+    if not rows:  # fewer than two configurations: nothing to compare, the same columns
+        return pd.DataFrame(columns=[*PAIR_COLUMNS, "p_holm"])
     out = pd.concat(rows, ignore_index=True)
     p = out["p_value"].to_numpy(dtype=float)
     ok = np.isfinite(p)

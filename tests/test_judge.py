@@ -343,12 +343,13 @@ def test_oracle_results_separate_retrieval_misses_and_count_failures():
 
 
 def test_compare_configurations_on_matched_tests_and_on_nothing():
-    from fabnb.judge import compare_configurations
+    from fabnb.judge import PAIR_COLUMNS, compare_configurations
 
     v = pd.DataFrame({"system": ["x"] * 6 + ["y"] * 6, "test_id": list("abcdef") * 2, "status": "ok",
                       "failed": [True, True, True, False, False, False, False, False, True, False, False, True]})
     tests = pd.DataFrame({"test_id": list("abcdef"), "source_doc": ["d1", "d1", "d2", "d2", "d3", "d3"]})
     r = compare_configurations(v, "x", "y", tests, n_boot=200).iloc[0]
     assert (r.n, r.a_only, r.b_only, r.both, r.n_clusters) == (6, 2, 1, 1, 3) and r["diff"] == pytest.approx(1 / 6)
-    empty = compare_configurations(v.iloc[:0], "x", "y").iloc[0]
-    assert empty.n == 0 and np.isnan(empty.p_value)
+    empty = compare_configurations(v.iloc[:0], "x", "y")
+    assert list(empty.columns) == PAIR_COLUMNS == list(compare_configurations(v, "x", "y", tests, n_boot=20).columns)
+    assert empty.n.iloc[0] == empty.a_only.iloc[0] == empty.n_clusters.iloc[0] == 0 and np.isnan(empty.p_value.iloc[0])

@@ -56,6 +56,18 @@ def test_a_server_that_dies_mid_study_ends_the_call_at_once(gguf, monkeypatch):
     assert "signal SIGILL" in str(info.value) and "while answering" in str(info.value)
 
 
+def test_the_server_runs_with_one_malloc_arena_unless_the_user_chose(gguf, monkeypatch):
+    """glibc's per-thread arenas kept what grammars once took: one arena, unless MALLOC_ARENA_MAX is set."""
+    monkeypatch.setenv("FAKE_LLAMA_DIE_AFTER", "99")
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    for chosen, expected in ((None, b"MALLOC_ARENA_MAX=1"), ("4", b"MALLOC_ARENA_MAX=4")):
+        if chosen:
+            monkeypatch.setenv("MALLOC_ARENA_MAX", chosen)
+        with LocalServer(model=gguf, command=FAKE, startup_timeout=20) as server:
+            environ = Path(f"/proc/{server.process.pid}/environ").read_bytes().split(b"\0")
+        assert expected in environ
+
+
 def test_bad_model_files_and_a_taken_port_fail_before_any_process(tmp_path, gguf):
     with pytest.raises(LLMError, match="does not exist") as info:
         LocalServer(model=tmp_path / "nope.gguf", command=FAKE).start()

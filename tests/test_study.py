@@ -61,6 +61,15 @@ def test_bootstrap_group_diff_paired_and_stratified_by_hand():
     assert np.isnan(bootstrap_group_diff(g, "origin", "real", "nowhere")["diff"])
 
 
+def test_configuration_pairs_of_a_single_configuration_is_empty_with_every_column():
+    """On Binder the dense extra is absent, so notebook 08 has one configuration: its pairs cell must still run."""
+    from fabnb.judge import PAIR_COLUMNS
+
+    v = verdict_frame([("bm25", f"t{i}", "random", i < 2, "d0") for i in range(4)])
+    pairs = configuration_pairs(v, pd.DataFrame({"test_id": [f"t{i}" for i in range(4)], "source_doc": "d0"}))
+    assert pairs.empty and list(pairs.columns) == [*PAIR_COLUMNS, "p_holm"]
+
+
 def test_configuration_pairs_use_matched_tests_and_holm():
     rows = []
     for i in range(12):

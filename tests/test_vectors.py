@@ -1,4 +1,3 @@
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -65,17 +64,22 @@ def test_transform_queries(evidence_chunks):
     assert abs((q @ v.matrix[3].T).toarray()[0, 0] - 1.0) < 1e-5
 
 
-def test_dask_gives_the_same_chunks_and_vectors(fab_bench):
+@pytest.fixture
+def dask_client():
+    """A 2-worker LocalCluster and its client, as the corpus stage meets it (its tests hush dask's warnings)."""
     from dask.distributed import Client, LocalCluster
 
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        yield client
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_dask_gives_the_same_chunks_and_vectors(fab_bench, dask_client):
     corpus = evidence_corpus(fab_bench)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        single = chunk_corpus(corpus, size=128, overlap=32)
-        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-                Client(cluster):
-            distributed = chunk_corpus(corpus, size=128, overlap=32, scheduler="dask", npartitions=5)
-            vd = vectorize(distributed, scheduler="dask", npartitions=7)
+    single = chunk_corpus(corpus, size=128, overlap=32)
+    distributed = chunk_corpus(corpus, size=128, overlap=32, scheduler="dask", npartitions=5)
+    vd = vectorize(distributed, scheduler="dask", npartitions=7)
     pd.testing.assert_frame_equal(single, distributed)
     vs = vectorize(single)
     assert vs.vocabulary == vd.vocabulary
@@ -85,20 +89,15 @@ def test_dask_gives_the_same_chunks_and_vectors(fab_bench):
     pd.testing.assert_frame_equal(a, b)
 
 
-def test_vectorize_corpus_on_dask_gives_the_same_chunks_and_vectors_and_can_leave_the_texts(fab_bench):
+@pytest.mark.filterwarnings("ignore")
+def test_vectorize_corpus_on_dask_gives_the_same_chunks_and_vectors_and_can_leave_the_texts(fab_bench, dask_client):
     """The way out for a corpus that does not fit: chunking and TF-IDF on the workers, the same results."""
-    from dask.distributed import Client, LocalCluster
-
     from fabnb.vectors import _partitions, vectorize_corpus
 
     corpus = evidence_corpus(fab_bench)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        single = chunk_corpus(corpus, size=128, overlap=32)
-        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-                Client(cluster):
-            chunks, vd = vectorize_corpus(corpus, size=128, overlap=32, npartitions=5)
-            bare, vb = vectorize_corpus(corpus, size=128, overlap=32, npartitions=3, text=False)
+    single = chunk_corpus(corpus, size=128, overlap=32)
+    chunks, vd = vectorize_corpus(corpus, size=128, overlap=32, npartitions=5)
+    bare, vb = vectorize_corpus(corpus, size=128, overlap=32, npartitions=3, text=False)
     pd.testing.assert_frame_equal(single, chunks)
     pd.testing.assert_frame_equal(single.drop(columns="text"), bare)
     vs = vectorize(single)

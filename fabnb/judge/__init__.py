@@ -38,8 +38,8 @@ from ..stats import bootstrap_group_diff, bootstrap_rate_diff, mcnemar_paired, p
 from .geval import (JudgeRun, geval_metric, judge_expert_agreement, judge_model, judge_results, logprobs_supported,
                     reason_score_schema, replicate_spread, score_answer, score_one, score_store, to_score_frame,
                     weighted_score)
-from .oracle import (ORACLE_CRITERIA, ORACLE_SCHEMA, REFUSAL_PATTERNS, VERDICT_COLUMNS, VERDICT_KEYS, VERDICT_VALUES,
-                     compare_configurations, failure_table, is_refusal, oracle_precision, oracle_prompt,
+from .oracle import (ORACLE_CRITERIA, ORACLE_SCHEMA, PAIR_COLUMNS, REFUSAL_PATTERNS, VERDICT_COLUMNS, VERDICT_KEYS,
+                     VERDICT_VALUES, compare_configurations, failure_table, is_refusal, oracle_precision, oracle_prompt,
                      oracle_results, oracle_rule, oracle_verdict, passage_retrieved, read_verdicts, tests_as_questions,
                      verdict_store)
 from .reference import answer_key, reference_check, reference_scores
@@ -47,7 +47,7 @@ from .rubrics import (BANDS, INJECTION_PATTERNS, PLACEHOLDER_REASONS, RUBRIC_VER
                       JudgeError, injection_flags, read_judgement, rubric_frame, rubric_variant)
 # isort: on
 
-__all__ = ['BANDS', 'INJECTION_PATTERNS', 'JudgeError', 'JudgeRun', 'ORACLE_CRITERIA', 'ORACLE_SCHEMA',
+__all__ = ['BANDS', 'INJECTION_PATTERNS', 'JudgeError', 'JudgeRun', 'ORACLE_CRITERIA', 'ORACLE_SCHEMA', 'PAIR_COLUMNS',
            'PLACEHOLDER_REASONS', 'REFUSAL_PATTERNS', 'RUBRICS', 'RUBRIC_VERSION', 'SCALE', 'STEPS', 'VERDICT_COLUMNS',
            'VERDICT_KEYS', 'VERDICT_VALUES', 'answer_key', 'bootstrap_group_diff', 'bootstrap_rate_diff',
            'compare_configurations', 'failure_table', 'geval_metric', 'injection_flags', 'is_refusal',

@@ -15,9 +15,9 @@ from ..schema import RESULT_KEYS
 from ..stats import bootstrap_rate_diff, mcnemar_paired, wilson_interval
 from .rubrics import JudgeError, injection_flags
 
-__all__ = ['ORACLE_CRITERIA', 'ORACLE_SCHEMA', 'REFUSAL_PATTERNS', 'VERDICT_COLUMNS', 'VERDICT_KEYS', 'VERDICT_VALUES',
-           'compare_configurations', 'failure_table', 'is_refusal', 'oracle_precision', 'oracle_prompt',
-           'oracle_results', 'oracle_rule', 'oracle_verdict', 'passage_retrieved', 'read_verdicts',
+__all__ = ['ORACLE_CRITERIA', 'ORACLE_SCHEMA', 'PAIR_COLUMNS', 'REFUSAL_PATTERNS', 'VERDICT_COLUMNS', 'VERDICT_KEYS',
+           'VERDICT_VALUES', 'compare_configurations', 'failure_table', 'is_refusal', 'oracle_precision',
+           'oracle_prompt', 'oracle_results', 'oracle_rule', 'oracle_verdict', 'passage_retrieved', 'read_verdicts',
            'tests_as_questions', 'verdict_store']
 
 # ------------------------------------------------------------------ the RAG-TESTER oracle
@@ -291,6 +291,11 @@ def failure_table(verdicts: pd.DataFrame, by=("generator",), ci: float = 0.95) -
                                        "retrieval_misses", "refusals_missed", "judge_errors"])
 
 
+#: The columns of :func:`compare_configurations`, in order.
+PAIR_COLUMNS = ["a", "b", "n", "a_only", "b_only", "both", "neither", "p_value", "rate_a", "rate_b", "diff", "ci_low",
+                "ci_high", "n_clusters"]
+
+
 def compare_configurations(verdicts: pd.DataFrame, a: str, b: str, tests: pd.DataFrame | None = None,
                            cluster: str = "source_doc", n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """Two configurations (systems) on the same tests: McNemar's exact test and a bootstrap over documents.
@@ -307,12 +312,13 @@ def compare_configurations(verdicts: pd.DataFrame, a: str, b: str, tests: pd.Dat
     wide = ok.pivot_table(index="test_id", columns="system", values="failed", aggfunc="first")
     wide = wide.reindex(columns=[a, b]).dropna().astype(bool)
     row = {"a": a, "b": b, "n": len(wide)}
-    if wide.empty:
-        return pd.DataFrame([{**row, "p_value": np.nan, "diff": np.nan, "ci_low": np.nan, "ci_high": np.nan}])
+    if wide.empty:  # no matched test: the same columns, counts of zero and no statistics
+        counts = dict.fromkeys(("a_only", "b_only", "both", "neither", "n_clusters"), 0)
+        return pd.DataFrame([{**row, **counts}], columns=PAIR_COLUMNS)
     m = mcnemar_paired(wide[a].to_numpy(), wide[b].to_numpy())
     clusters = (tests.set_index("test_id")[cluster].reindex(wide.index) if tests is not None and cluster in tests
                 else pd.Series(wide.index, index=wide.index))
     boot = bootstrap_rate_diff(wide.assign(_cluster=clusters.fillna("").to_numpy()), a, b, cluster="_cluster",
                                n_boot=n_boot, seed=seed)
     return pd.DataFrame([{**row, **{k: m[k] for k in ("a_only", "b_only", "both", "neither", "p_value", "rate_a",
-                                                      "rate_b")}, **boot}])
+                                                      "rate_b")}, **boot}], columns=PAIR_COLUMNS)
