@@ -202,6 +202,13 @@ def _part_rows(part: pd.DataFrame, vocabulary: dict, idf: np.ndarray, text: bool
     return (part if text else part.drop(columns="text")), rows
 
 
+def _released_results(futures):
+    """Each future's result as it comes, the future released after it (its data leaves the worker)."""
+    for future in futures:
+        yield future.result()
+        future.release()
+
+
 def _partitions(records: list, n: int) -> list:
     """``records`` (doc_id, text) cut into at most ``n`` runs of consecutive documents of about equal text."""
     ends = np.cumsum([len(t) for _, t in records])
@@ -249,7 +256,7 @@ def vectorize_corpus(corpus, size: int = 512, overlap: int = 128, *, tokenizer_n
     fabnb.corpus.CorpusError
         No ``dask.distributed`` client is running.
     """
-    from .corpus import CHUNK_COLUMNS, CorpusError, _finish_chunks, tokenizer
+    from .corpus import CorpusError, _finish_chunks, tokenizer
 
     try:
         from distributed import as_completed, get_client
@@ -268,11 +275,7 @@ def vectorize_corpus(corpus, size: int = 512, overlap: int = 128, *, tokenizer_n
     parts = [client.submit(_chunk_part, client.scatter([part], hash=False)[0], size, overlap, tokenizer_name,
                            pure=False) for part in _partitions(records, n)]
     del records
-    df: dict = {}
-    for future in as_completed([client.submit(_part_frequencies, part) for part in parts]):
-        for term, k in future.result().items():
-            df[term] = df.get(term, 0) + k
-        future.release()
+    df = _merge(_released_results(as_completed([client.submit(_part_frequencies, part) for part in parts])))
     n_chunks = sum(client.gather([client.submit(len, part) for part in parts]))
     vocabulary, idf = _idf(df, n_chunks, min_df)
     del df
@@ -282,15 +285,13 @@ def vectorize_corpus(corpus, size: int = 512, overlap: int = 128, *, tokenizer_n
     nnz = sum(client.gather([client.submit(lambda r: r[1].nnz, r) for r in rows]))
     data, indices = np.empty(nnz, dtype=np.float32), np.empty(nnz, dtype=np.int32)
     indptr, frames, at, row = np.zeros(n_chunks + 1, dtype=np.int64), [], 0, 0
-    for future in rows:  # in order, one part in the client at a time
-        frame, m = future.result()
-        future.release()
+    for frame, m in _released_results(rows):  # in order, one part in the client at a time
         data[at:at + m.nnz], indices[at:at + m.nnz] = m.data, m.indices
         indptr[row + 1:row + m.shape[0] + 1] = m.indptr[1:] + at
         at, row = at + m.nnz, row + m.shape[0]
         frames.append(frame)
         del frame, m
-    chunks = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CHUNK_COLUMNS)
+    chunks = pd.concat(frames, ignore_index=True)  # never empty: _idf has refused a corpus with no terms
     del frames
     chunks = _finish_chunks(chunks, corpus, size, tokenizer_name)
     matrix = sp.csr_matrix((data, indices, indptr), shape=(n_chunks, len(vocabulary)))
