@@ -21,10 +21,19 @@ if (FAB_BENCH / "QAs").is_dir():
 os.environ.setdefault("FABNB_CACHE_DIR", str(ROOT / ".pytest_cache" / "fabnb-cache"))
 
 
+#: Docstring examples that start a model (the embedded llama.cpp server, or MiniLM): the ``model`` marker
+#: keeps them out of the fast lane; the whole suite (CI) runs them.
+MODEL_DOCTESTS = {"fabnb.local", "fabnb.rag.system.ReferenceRAG", "fabnb.judge.geval.score_one",
+                  "fabnb.rag.retrievers.minilm_embedder"}
+
+
 def pytest_collection_modifyitems(config, items):
-    """nbmake's notebook items get the ``notebook`` marker, so the fast lane can leave them out."""
+    """nbmake's notebook items get the ``notebook`` marker, and the examples that start a model the ``model``
+    marker, so the fast lane can leave them out."""
     import pytest
 
     for item in items:
         if str(item.fspath).endswith(".ipynb"):
             item.add_marker(pytest.mark.notebook)
+        elif type(item).__name__ == "DoctestItem" and item.name in MODEL_DOCTESTS:
+            item.add_marker(pytest.mark.model)

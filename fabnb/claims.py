@@ -162,11 +162,10 @@ def _routed(model: str, lo: float, hi: float):
     return compute
 
 
-def _claims() -> list[Claim]:
+def _claims_section_4_1() -> list[Claim]:
+    """The claims of Section 4.1."""
     c: list[Claim] = []
     add = c.append
-
-    # ---------------------------------------------------------------- Section 4.1
     add(Claim("4.1-configs", "4.1", "Each primary model is evaluated on 11 configurations from (4K, 1K) to (32K, 4K).",
               11, lambda p: p.primary.groupby("model")["context_k"].nunique().min(), 0,
               how="fewest distinct contexts of the three primary models in Tables 17-19"))
@@ -187,8 +186,13 @@ def _claims() -> list[Claim]:
     add(Claim("4.1-evaluations", "4.1", "200 questions x 4 models x 11+ configurations x 6 metrics = over 52,800 evaluations.",
               (52800, math.inf), evaluations, 0, how="from the configurations Tables 17-20 actually report "
               "(Qwen-2.5-72B has 6, not 11+)"))
+    return c
 
-    # ---------------------------------------------------------------- Section 4.2
+
+def _claims_section_4_2() -> list[Claim]:
+    """The claims of Section 4.2."""
+    c: list[Claim] = []
+    add = c.append
     for model, v in ((GM, 0.474), (QP, 0.689), (DS, 0.619)):
         add(_lookup(f"4.2-4k-{SHORT[model]}", "4.2", f"At 4K, {SHORT[model]} scores {v:.3f}.", model, 4, AVERAGE, v))
 
@@ -238,8 +242,13 @@ def _claims() -> list[Claim]:
     add(Claim("4.2-deepseek-90pct", "4.2", "DeepSeek requires 20K tokens for equivalent relative performance (90% of peak).",
               20.0, lambda p: (p.points.loc[DS, "fraction_k"], f"interpolated {p.points.loc[DS, 'fraction_interp_k']:.1f}K"),
               0.0, "K", "first tabulated context whose average reaches 90% of the peak"))
+    return c
 
-    # ---------------------------------------------------------------- Section 4.3
+
+def _claims_section_4_3() -> list[Claim]:
+    """The claims of Section 4.3."""
+    c: list[Claim] = []
+    add = c.append
     for model, label in ((GM, "cold-start"), (QP, "early saturation"), (DS, "logarithmic growth")):
         add(Claim(f"4.3-label-{SHORT[model]}", "4.3", f"{SHORT[model]} shows {label} behaviour.", label,
                   lambda p, m=model: (p.labels.loc[m, "label"], p.labels.loc[m, "rule"]),
@@ -276,8 +285,13 @@ def _claims() -> list[Claim]:
     add(Claim("4.3-qwen72b-plateau", "4.3", "Qwen-2.5-72B plateaus beyond 32K: marginal returns diminish.", (-1.0, 1.0),
               lambda p: 100 * (p.score(QW, 128) - p.score(QW, 32)) / p.score(QW, 32), 0.0, "%",
               "relative change of the average from 32K to 128K; a plateau is taken as within +/-1%"))
+    return c
 
-    # ---------------------------------------------------------------- Section 5.1
+
+def _claims_section_5_1() -> list[Claim]:
+    """The claims of Section 5.1."""
+    c: list[Claim] = []
+    add = c.append
     for model, metric, v in ((GM, "depth", 0.374), (GM, "completeness", 0.399), (GM, "support_quality", 0.350),
                              (GM, "context_utilization", 0.669), (QP, "factuality", 0.663), (QP, "depth", 0.662),
                              (QP, "completeness", 0.686), (QP, "context_utilization", 0.805),
@@ -289,8 +303,13 @@ def _claims() -> list[Claim]:
     add(Claim("5.1-deepseek-weakest", "5.1", "DeepSeek at 4K: lower Depth and Support Quality.",
               _names("depth", "support_quality"), lambda p: _top(p.profile(4).loc[DS, list(METRICS)].astype(float), 2, False),
               how="DeepSeek's two lowest metrics at 4K"))
+    return c
 
-    # ---------------------------------------------------------------- Section 5.2
+
+def _claims_section_5_2() -> list[Claim]:
+    """The claims of Section 5.2."""
+    c: list[Claim] = []
+    add = c.append
     add(_lookup("5.2-gemini-factuality", "5.2", "At 28K, Gemini's Factuality is 0.901.", GM, 28, "factuality", 0.901))
     add(_lookup("5.2-gemini-completeness", "5.2", "At 28K, Gemini's Completeness is 0.886.", GM, 28, "completeness", 0.886))
     for metric in ("factuality", "completeness"):
@@ -304,8 +323,13 @@ def _claims() -> list[Claim]:
     add(Claim("5.2-deepseek-floor", "5.2", "DeepSeek at 28K: all dimensions exceed 0.81.", (0.81, 1.0),
               lambda p: p.profile(28).loc[DS, list(METRICS)].astype(float).min(), 0.0,
               how="DeepSeek's lowest metric at 28K must exceed 0.81"))
+    return c
 
-    # ---------------------------------------------------------------- Section 5.4
+
+def _claims_section_5_4() -> list[Claim]:
+    """The claims of Section 5.4."""
+    c: list[Claim] = []
+    add = c.append
     for model, metric, pct in ((GM, "relevance", -6.1), (GM, "support_quality", -6.0), (GM, "depth", -5.3),
                                (GM, "context_utilization", -2.0), (QP, "context_utilization", -2.9),
                                (DS, "support_quality", 3.6), (DS, "context_utilization", -0.4)):
@@ -335,8 +359,13 @@ def _claims() -> list[Claim]:
                   lambda p, m=model: (lambda d: (d.idxmax(), "; ".join(f"{k} {v:+.1f}%" for k, v in d.items())))(
                       p.dilution[(p.dilution.model == m) & p.dilution.metric.isin(METRICS)].set_index("metric").relative_pct),
                   how="the metric with the smallest relative decline, 28K -> 32K"))
+    return c
 
-    # ---------------------------------------------------------------- Section 5.5
+
+def _claims_section_5_5() -> list[Claim]:
+    """The claims of Section 5.5."""
+    c: list[Claim] = []
+    add = c.append
     add(Claim("5.5-configurations", "5.5", "Correlations across ~33 model-context combinations.", 33,
               lambda p: (p.primary.drop_duplicates(["model", "context_k"]).shape[0],
                          f"{p.sweeps.drop_duplicates(['model', 'context_k']).shape[0]} with Qwen-2.5-72B"), 0,
@@ -399,8 +428,13 @@ def _claims() -> list[Claim]:
     add(Claim("5.5-dilution-pattern", "5.5", "The 28K-to-32K dilution disproportionately affects Relevance and Support Quality.",
               _names("relevance", "support_quality"), dilution_pattern,
               how="two largest mean relative drops over the declining models (Gemini, Qwen-Plus)"))
+    return c
 
-    # ---------------------------------------------------------------- Section 6
+
+def _claims_section_6() -> list[Claim]:
+    """The claims of Section 6."""
+    c: list[Claim] = []
+    add = c.append
     for system, v in (("RAGFlow", 0.545), ("MaxKB", 0.574), ("Metaso", 0.666)):
         add(Claim(f"6-average-{system}", "6 (Table 5)", f"Table 5: {system} average {v:.3f}.", v,
                   lambda p, s=system: p.profile(None, "system").loc[s, "average"], 0.001,
@@ -420,8 +454,13 @@ def _claims() -> list[Claim]:
               lambda p: str(bool(((p.profile(None, "system")["depth"] < p.profile(None, "system")["factuality"])
                                   & (p.profile(None, "system")["support_quality"] < p.profile(None, "system")["factuality"])).all())),
               how="for each framework of Table 5"))
+    return c
 
-    # ---------------------------------------------------------------- Section 8.2
+
+def _claims_section_8_2() -> list[Claim]:
+    """The claims of Section 8.2."""
+    c: list[Claim] = []
+    add = c.append
     def crossing(p):
         obs = A.crossovers(p.primary, QP, DS)
         fit = A.crossovers(p.primary, QP, DS, method="log_fit")
@@ -437,8 +476,13 @@ def _claims() -> list[Claim]:
               how="DeepSeek has the best average at every tabulated context above 16K"))
     add(Claim("8.2-route-gemini", "8.2", "Batch summarization (20K-28K): deploy Gemini, capped at 28K.", "True",
               _routed(GM, 19.9, 28.1), how="Gemini has the best average at every tabulated context from 20K to 28K"))
+    return c
 
-    # ------------------------------------------------------- tables the text summarises
+
+def _claims_tables_the_text_summarises() -> list[Claim]:
+    """The claims of tables the text summarises."""
+    c: list[Claim] = []
+    add = c.append
     for row in published.cross_model().itertuples():
         add(_lookup(f"T21-{SHORT[row.model]}-{row.context_k}k", "Table 21",
                     f"Table 21: {SHORT[row.model]} at {row.context_k}K = {row.average:.3f}.", row.model, row.context_k,
@@ -462,6 +506,11 @@ def _claims() -> list[Claim]:
     add(Claim("3.3-groupE-retries", "3.3", "The full system needs zero retries.", 0,
               lambda p: published.ablation().set_index("group").loc["E", "retries"], 0, how="Table 8, group E"))
     return c
+
+
+def _claims() -> list[Claim]:
+    """Every claim, in the order of the paper: one function per section."""
+    return [claim for section in (_claims_section_4_1, _claims_section_4_2, _claims_section_4_3, _claims_section_5_1, _claims_section_5_2, _claims_section_5_4, _claims_section_5_5, _claims_section_6, _claims_section_8_2, _claims_tables_the_text_summarises) for claim in section()]
 
 
 CLAIMS: tuple[Claim, ...] = tuple(_claims())

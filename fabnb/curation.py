@@ -23,9 +23,10 @@ import numpy as np
 import pandas as pd
 
 from .datasets import qa_frame, read_qa_files
-from .generation import ALPHA, word_tokens, write_pairs
+from .generation import ALPHA, write_pairs
 from .rating import RatingError, RatingStore
 from .schema import TEST_TYPES
+from .text import word_tokens
 
 __all__ = ['CurationSession', 'DUPLICATE_THRESHOLD', 'EDITABLE', 'PAPER_TARGETS', 'STATUSES', 'duplicate_groups',
            'similarity_matrix']
@@ -116,12 +117,15 @@ class CurationSession:
 
     Examples
     --------
-    Skipped in the doctest run: it reads the FAB-Bench release (a download on first use).
+    It reads the FAB-Bench release (a download on first use).
 
     >>> import tempfile
     >>> from fabnb.datasets import load_fab_bench
-    >>> s = CurationSession(load_fab_bench(), tempfile.mkdtemp(), "me")  # doctest: +SKIP
-    >>> s.keep("ROB_001"); s.progress()                                   # doctest: +SKIP
+    >>> s = CurationSession(load_fab_bench(), tempfile.mkdtemp(), "me")
+    >>> s.keep("ROB_001")
+    {'status': 'kept', 'edits': {}, 'reason': ''}
+    >>> s.progress().set_index("test_type").loc["robustness", ["kept", "pending"]].tolist()
+    [1, 58]
     """
 
     def __init__(self, source, store, curator: str, targets: dict | None = None,

@@ -32,6 +32,7 @@ import pandas as pd
 
 from .corpus import SECTION_COLUMNS, corpus_from_frame
 from .errors import FabnbError
+from .paths import cache_dir
 from .schema import METRICS, QUESTION_FORMATS, TEST_TYPES
 
 __all__ = ['DatasetError', 'FAB_BENCH_COMMIT', 'FAB_BENCH_REPOSITORY', 'GoldSource', 'MAX_ARCHIVE_BYTES',
@@ -284,14 +285,6 @@ def _manifest() -> pd.DataFrame:
         return pd.read_csv(fh)
 
 
-def cache_dir() -> Path:
-    """fabnb's user cache: ``$FABNB_CACHE_DIR``, else ``$XDG_CACHE_HOME/fabnb``, else ``~/.cache/fabnb``."""
-    if os.environ.get("FABNB_CACHE_DIR"):
-        return Path(os.environ["FABNB_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "fabnb"
-
-
 def verify_fab_bench(root: str | Path) -> None:
     """Check that ``root/QAs`` holds exactly the pinned release: every file, unaltered, and nothing else.
 
@@ -449,10 +442,10 @@ def load_fab_bench(path: str | Path | None = None, verify: bool = True) -> QASet
 
     Examples
     --------
-    Skipped in the doctest run: the first call downloads the release.
+    The first call downloads and verifies the release (the test suite reads a local copy).
 
-    >>> qa = load_fab_bench()                      # doctest: +SKIP
-    >>> qa_frame(qa).test_type.value_counts().to_dict()  # doctest: +SKIP
+    >>> qa = load_fab_bench()
+    >>> qa_frame(qa).test_type.value_counts().to_dict()
     {'multi_hop': 90, 'robustness': 59, 'generation_quality': 51}
     """
     root = fab_bench_dir(path)

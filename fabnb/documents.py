@@ -19,8 +19,8 @@ from pathlib import Path
 import pandas as pd
 
 from .corpus import load_corpus
-from .generation import word_tokens
 from .llm import LLMError
+from .text import word_tokens
 
 __all__ = ['DETAIL_LEVELS', 'DocumentSpec', 'GeneratedDocuments', 'TONES', 'TOPIC_SHARE', 'document_prompt',
            'render_pdf', 'topic_share', 'write_documents']

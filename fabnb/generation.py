@@ -29,7 +29,6 @@ import json
 import re
 import time
 from dataclasses import asdict, dataclass
-from difflib import SequenceMatcher
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +38,7 @@ from .datasets import parse_qa, qa_frame
 from .llm import LLM, LLMError, parse_json
 from .schema import TEST_TYPES
 from .terms import KnowledgeBase
+from .text import QUOTE_SHARE, quoted_share, word_tokens  # noqa: F401  (re-exported: the old place)
 
 __all__ = ['ABLATION_GROUPS', 'ALPHA', 'ARCHETYPES', 'ATTEMPT_COLUMNS', 'BASE_THRESHOLD', 'CATEGORY_ADJUSTMENT',
            'FOLDERS', 'FormatPlan', 'GenerationConfig', 'GenerationRun', 'OBJECTIVE_SUBTYPES', 'QA_SCHEMA',
@@ -108,18 +108,6 @@ def similarity_threshold(precision: str, r: int) -> float:
     (0.65, 0.5)
     """
     return round(max(0.50, BASE_THRESHOLD[precision] - 0.05 * r), 6)
-
-
-_TOKENS = re.compile(r"[a-z0-9]+(?:[.\-][a-z0-9]+)*")
-
-
-def word_tokens(text: str) -> list[str]:
-    """Lower-cased word tokens (letters and digits, inner ``.`` or ``-`` kept), as Eq. 13 and quote checks use them.
-
-    >>> word_tokens("Etch-rate of 5.2 nm/cycle")
-    ['etch-rate', 'of', '5.2', 'nm', 'cycle']
-    """
-    return _TOKENS.findall(text.lower())
 
 
 def jaccard(a: set, b: set) -> float:
@@ -323,27 +311,6 @@ def _norm(text: str) -> str:
     return _SPACES.sub(" ", text).strip().lower()
 
 
-#: Share of a quote's words that must appear as one contiguous run in the context.
-QUOTE_SHARE = 0.8
-
-
-def quoted_share(quote: str, context: str) -> float:
-    """Share of ``quote``'s words found as one contiguous run of ``context``'s words.
-
-    A faithful quote scores 1.0; one with a word added or dropped at an edge
-    ("The chemical ..." for "Chemical ...") still scores high; a paraphrase does not.
-
-    >>> quoted_share("The etch rate was 5 A per cycle", "Etch rate was 5 A per cycle at 900 V")
-    0.875
-    """
-
-    q, c = word_tokens(quote), word_tokens(context)
-    if not q:
-        return 0.0
-    match = SequenceMatcher(None, q, c, autojunk=False).find_longest_match(0, len(q), 0, len(c))
-    return match.size / len(q)
-
-
 def validate(answer_text: str, plan: FormatPlan, context_text: str) -> tuple[dict | None, str, str]:
     """VALID(q, a): parse and check a generated QA pair against its context.
 
@@ -500,6 +467,52 @@ def _sources(members: pd.DataFrame, chunks: pd.DataFrame | None, evidence: list[
     return out
 
 
+def _attempt(ctx, kind: str, plan, analysis, config, r: int, n_pairs: int, failures: int, sim_failures: int,
+             seed: int) -> tuple[list, dict, dict]:
+    """One attempt's prompt, sampling parameters (Eqs. 4-12) and log entry."""
+    p, category = analysis.precision_level, analysis.dominant_category
+    tau = (adaptive_temperature(p, n_pairs, category, failures, sim_failures)
+           if config.adaptive_temperature else config.fixed_temperature)
+    theta = similarity_threshold(p, r) if config.adaptive_threshold else config.fixed_threshold
+    top_p = nucleus_top_p(tau) if config.adaptive_temperature else 0.95
+    messages = build_prompt(ctx.text, kind, plan, config.enhanced_prompts, sim_failures)
+    params = {"temperature": tau, "top_p": top_p, "max_tokens": config.max_tokens, "seed": seed + r}
+    if config.json_schema:
+        params["response_format"] = {"type": "json_object", "schema": qa_schema(plan, config.max_tokens)}
+    entry = {"context_id": ctx.context_id, "attempt": r + 1, "precision_level": p, "temperature": tau,
+             "top_p": top_p, "threshold": theta, "question_format": plan.question_format,
+             "subtype": plan.subtype, "max_weighted": np.nan, "max_semantic": np.nan}
+    return messages, params, entry
+
+
+def _pair(record: dict, test_id: str, kind: str, plan, entry: dict, ctx, analysis, sources: list, model: str,
+          config, generation_id: int, sim_failures: int) -> dict:
+    """An accepted reply as a QA pair in FAB-Bench's format, with its generation metadata."""
+    return {
+        "test_id": test_id, "test_type": kind,
+        "question_format": plan.question_format, "question": record["question"],
+        "gold_context_sources": sources,
+        "ground_truth_answer": record["answer"],
+        "primary_metric": TEST_TYPE_MODULES[kind][1],
+        "secondary_metrics": [m for m in ("factuality", "depth", "completeness", "relevance",
+                                          "context_utilization", "support_quality")
+                              if m != TEST_TYPE_MODULES[kind][1]],
+        "generation_metadata": {
+            "generation_id": generation_id, "attempt": entry["attempt"], "temperature_used": entry["temperature"],
+            "top_p_used": entry["top_p"], "max_tokens_used": config.max_tokens,
+            "similarity_failures": sim_failures, "similarity_threshold_used": entry["threshold"],
+            "context_type": ctx.strategy, "context_id": ctx.context_id,
+            "model": model, "subtype": plan.subtype, "archetype": plan.archetype,
+            "semiconductor_analysis": {
+                "technical_density": analysis.technical_density, "precision_level": analysis.precision_level,
+                "dominant_category": analysis.dominant_category, "high_weight_presence": analysis.high_weight_presence,
+                "total_tech_terms": analysis.n_matches,
+                "categories_found": {k: round(v, 3) for k, v in analysis.category_counts.items()}},
+            "config": asdict(config),
+        },
+    }
+
+
 def generate_qa(contexts, llm: LLM, n: int, *, test_type: str | None = None, kb=None, chunks=None,
                 config: GenerationConfig = GenerationConfig(), seed: int = 0, error_policy: str = "record",
                 progress: bool = False, id_start: int = 1) -> GenerationRun:
@@ -550,22 +563,13 @@ def generate_qa(contexts, llm: LLM, n: int, *, test_type: str | None = None, kb=
             break
         kind = test_type or ctx.test_type
         analysis = kb.analyse(ctx.text)
-        p, category = analysis.precision_level, analysis.dominant_category
         members = contexts.show(ctx.context_id)
         failures, sim_failures = 0, 0
         for r in range(config.r_max):
             plan = plan_format(formats, config.objective_target)
-            tau = (adaptive_temperature(p, len(pairs), category, failures, sim_failures)
-                   if config.adaptive_temperature else config.fixed_temperature)
-            theta = similarity_threshold(p, r) if config.adaptive_threshold else config.fixed_threshold
-            top_p = nucleus_top_p(tau) if config.adaptive_temperature else 0.95
-            messages = build_prompt(ctx.text, kind, plan, config.enhanced_prompts, sim_failures)
-            params = {"temperature": tau, "top_p": top_p, "max_tokens": config.max_tokens, "seed": seed + r}
-            if config.json_schema:
-                params["response_format"] = {"type": "json_object", "schema": qa_schema(plan, config.max_tokens)}
-            entry = {"context_id": ctx.context_id, "attempt": r + 1, "precision_level": p, "temperature": tau,
-                     "top_p": top_p, "threshold": theta, "question_format": plan.question_format,
-                     "subtype": plan.subtype, "max_weighted": np.nan, "max_semantic": np.nan}
+            messages, params, entry = _attempt(ctx, kind, plan, analysis, config, r, len(pairs), failures,
+                                               sim_failures, seed)
+            theta = entry["threshold"]
             try:
                 done = llm.complete(messages, **params)
             except LLMError as exc:
@@ -592,28 +596,9 @@ def generate_qa(contexts, llm: LLM, n: int, *, test_type: str | None = None, kb=
             prefix = TEST_TYPES[kind]
             counters[prefix] = counters.get(prefix, id_start - 1) + 1
             question = record["question"]
-            pairs.append({
-                "test_id": f"{prefix}_{counters[prefix]:03d}", "test_type": kind,
-                "question_format": plan.question_format, "question": question,
-                "gold_context_sources": _sources(members, chunks, record["evidence"]),
-                "ground_truth_answer": record["answer"],
-                "primary_metric": TEST_TYPE_MODULES[kind][1],
-                "secondary_metrics": [m for m in ("factuality", "depth", "completeness", "relevance",
-                                                  "context_utilization", "support_quality")
-                                      if m != TEST_TYPE_MODULES[kind][1]],
-                "generation_metadata": {
-                    "generation_id": len(pairs) + 1, "attempt": r + 1, "temperature_used": tau, "top_p_used": top_p,
-                    "max_tokens_used": config.max_tokens, "similarity_failures": sim_failures,
-                    "similarity_threshold_used": theta, "context_type": ctx.strategy, "context_id": ctx.context_id,
-                    "model": llm.model, "subtype": plan.subtype, "archetype": plan.archetype,
-                    "semiconductor_analysis": {
-                        "technical_density": analysis.technical_density, "precision_level": p,
-                        "dominant_category": category, "high_weight_presence": analysis.high_weight_presence,
-                        "total_tech_terms": analysis.n_matches,
-                        "categories_found": {k: round(v, 3) for k, v in analysis.category_counts.items()}},
-                    "config": asdict(config),
-                },
-            })
+            pairs.append(_pair(record, f"{prefix}_{counters[prefix]:03d}", kind, plan, entry, ctx, analysis,
+                               _sources(members, chunks, record["evidence"]), llm.model, config, len(pairs) + 1,
+                               sim_failures))
             accepted_questions.append(question)
             formats.append((plan.question_format, plan.subtype))
             log.append({**entry, "outcome": "accepted", "failure": "", "message": ""})

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import CausedError
+from .paths import llm_cache_path
 
 __all__ = ["PARAMS", "LLM", "LLMError", "Completion", "Failure", "ResponseCache", "default_cache_path",
            "parse_json", "request_key"]
@@ -193,12 +194,21 @@ class ResponseCache:
         return f"ResponseCache({str(self.path)!r})"
 
 
+def _price_keys(prices: dict | None) -> dict | None:
+    """A price table in the kit's vocabulary (``input`` / ``output``); the old ``prompt`` / ``completion`` read too."""
+    if not prices or not ({"prompt", "completion"} & set(prices)):
+        return prices
+    import warnings
+
+    warnings.warn("LLM(prices=...) takes 'input' and 'output' (dollars per million tokens), as the experiment file "
+                  "does; 'prompt' and 'completion' are read for now.", DeprecationWarning, stacklevel=3)
+    renamed = {"prompt": "input", "completion": "output"}
+    return {renamed.get(k, k): v for k, v in prices.items()}
+
+
 def default_cache_path() -> Path:
     """``$FABNB_CACHE_DIR/llm.sqlite`` (default ``~/.cache/fabnb/llm.sqlite``)."""
-    # Lazy: fabnb.datasets imports pandas (0.6 s); fabnb.llm itself loads in about 30 ms.
-    from .datasets import cache_dir
-
-    return cache_dir() / "llm.sqlite"
+    return llm_cache_path()
 
 
 @dataclass
@@ -233,7 +243,9 @@ class LLM:
     concurrency : int
         Calls in flight at once in :meth:`map` / :meth:`acomplete`.
     prices : dict, optional
-        ``{"prompt": $ per 1M tokens, "completion": $ per 1M tokens}``.
+        ``{"input": $ per 1M prompt tokens, "output": $ per 1M completion tokens}``, the
+        vocabulary of :data:`fabnb.experiment.PRICES` (the older ``prompt`` / ``completion`` keys
+        are read too, with a DeprecationWarning).
     defaults : dict, optional
         Sampling parameters applied to every call unless overridden.
     schema_style : {"openai", "llama.cpp"}
@@ -241,13 +253,6 @@ class LLM:
         ``{"type": "json_object", "schema": S}``; with ``"openai"`` (the default) it is
         sent as OpenAI's ``{"type": "json_schema", "json_schema": {"name": ..., "schema": S}}``,
         which llama.cpp's server refuses and OpenAI requires.
-    server_check : callable, optional
-        Called after a failed request; returns an :class:`LLMError` when the server is known
-        to be gone (:meth:`fabnb.local.LocalServer.death`), which then ends the call at once
-        instead of retrying.
-    cache_as : str, optional
-        The endpoint's name in cache keys instead of ``base_url``: the embedded model is
-        served at a new port in every process, and its answers are the same on each.
 
     Examples
     --------
@@ -258,8 +263,7 @@ class LLM:
 
     def __init__(self, model: str, base_url: str, api_key: str | None = None, *, cache=True,
                  timeout: float = 120.0, max_retries: int = 4, backoff: float = 1.0, concurrency: int = 8,
-                 prices: dict | None = None, defaults: dict | None = None, schema_style: str = "openai",
-                 server_check=None, cache_as: str | None = None):
+                 prices: dict | None = None, defaults: dict | None = None, schema_style: str = "openai"):
         if schema_style not in ("openai", "llama.cpp"):
             raise ValueError(f"schema_style must be 'openai' or 'llama.cpp', not {schema_style!r}")
         self.schema_style = schema_style
@@ -275,13 +279,10 @@ class LLM:
         self.cache: ResponseCache | None = cache if isinstance(cache, ResponseCache) else None
         self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
         self.concurrency = concurrency
-        self.prices = prices
+        self.prices = _price_keys(prices)
         self.defaults = dict(defaults or {})
         self._usage = _Usage()
         self._clients: dict = {}
-        #: ``server_check()`` returns an LLMError when the server process is gone (the embedded model).
-        self.server_check = server_check
-        self.cache_as = cache_as
 
     @classmethod
     def from_env(cls, **kwargs) -> "LLM | None":
@@ -314,6 +315,20 @@ class LLM:
         other.defaults = {**self.defaults, **params}
         return other
 
+    # ------------------------------------------------------------- what a subclass may change
+    @property
+    def cache_endpoint(self) -> str:
+        """The endpoint's name in cache keys: the base URL (:class:`fabnb.local.EmbeddedLLM` names its model)."""
+        return self.base_url
+
+    def server_gone(self) -> LLMError | None:
+        """After a failed connection: the error to end the call with when the server is known to be gone.
+
+        An endpoint elsewhere is never known to be gone (None: retry as usual); the embedded
+        model's client (:class:`fabnb.local.EmbeddedLLM`) asks its server process.
+        """
+        return None
+
     # ------------------------------------------------------------- internals
     def _sanitize(self, text: str) -> str:
         return text.replace(self.__key, "***") if self._has_key and len(self.__key) > 3 else text
@@ -341,12 +356,12 @@ class LLM:
                 and "schema" in fmt:
             merged["response_format"] = {"type": "json_schema",
                                          "json_schema": {"name": "response", "schema": fmt["schema"]}}
-        return messages, merged, request_key(self.cache_as or self.base_url, self.model, messages, merged)
+        return messages, merged, request_key(self.cache_endpoint, self.model, messages, merged)
 
     def _cost(self, prompt: int, completion: int) -> float | None:
         if not self.prices:
             return None
-        return (prompt * self.prices.get("prompt", 0) + completion * self.prices.get("completion", 0)) / 1e6
+        return (prompt * self.prices.get("input", 0) + completion * self.prices.get("output", 0)) / 1e6
 
     def _parse(self, response, key: str, latency: float) -> Completion:
         """The completion in a reply; :class:`_BadReply` for any 200 reply that is not one."""
@@ -408,9 +423,9 @@ class LLM:
             cause = "bad-body"
         else:
             raise exc  # a bug of ours, not a server fault: let it surface as it is
-        if cause == "connection" and self.server_check is not None:
+        if cause == "connection":
             # A process that died drops its connections: no retry storm against it.
-            dead = self.server_check()
+            dead = self.server_gone()
             if dead is not None:
                 dead.attempts = attempt
                 return dead, None

@@ -14,11 +14,12 @@ returns logprobs (llama-cpp-python returns them only then).
 
 Examples
 --------
-Skipped in the doctest run: it starts a server (the model tests do).
+It starts a server (the suite runs it with the ``model`` tests):
 
->>> with LocalServer() as server:                      # doctest: +SKIP
-...     llm = server.llm()
-...     llm.complete("Say OK.", max_tokens=4).text
+>>> with LocalServer() as server:
+...     reply = server.llm(cache=False).complete("Say OK.", max_tokens=4)
+>>> reply.model, reply.completion_tokens <= 4
+('gemma-3-270m-it-q4_k_m', True)
 """
 
 from __future__ import annotations
@@ -31,19 +32,18 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 from .llm import LLM, LLMError
+from .process import answers_http, free_port, port_free, start_process, stop_process, wait_ready
 
-__all__ = ["MODEL_ALIAS", "PORTABLE_INSTALL", "LocalServer", "build_report", "cpu_flags", "cpu_name", "default_llm",
-           "describe_exit", "model_path", "serve", "shared_server", "stop_shared_servers"]
+__all__ = ["MODEL_ALIAS", "PORTABLE_INSTALL", "EmbeddedLLM", "LocalServer", "build_report", "cpu_flags", "cpu_name",
+           "default_llm", "describe_exit", "model_path", "serve", "shared_server", "stop_shared_servers"]
 
 MODEL_ALIAS = "gemma-3-270m-it-q4_k_m"
 
@@ -89,15 +89,6 @@ def _check_model_file(path: Path) -> None:
     if magic != b"GGUF":
         raise LLMError(f"the model file {path} is not a GGUF file (it starts {magic!r}, a GGUF file starts b'GGUF'); "
                        "llama.cpp reads only GGUF models.", "config")
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def model_path() -> Path:
@@ -175,21 +166,40 @@ def build_report() -> dict:
     return report
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: on Linux, get SIGTERM when the parent dies (a killed kernel leaves no server)."""
-    try:
-        import ctypes
-        import signal
+class EmbeddedLLM(LLM):
+    """The :class:`~fabnb.llm.LLM` of an embedded server: it knows when the server died, and caches by model.
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    Parameters
+    ----------
+    server_check : callable, optional
+        Called after a failed connection; returns an :class:`~fabnb.llm.LLMError` when the server
+        is known to be gone (:meth:`LocalServer.death`), which then ends the call at once instead
+        of retrying.
+    cache_as : str, optional
+        The endpoint's name in cache keys instead of ``base_url``: the embedded model is served
+        at a new port in every process, and its answers are the same on each.
+    **kwargs
+        As :class:`~fabnb.llm.LLM`.
 
+    Examples
+    --------
+    >>> llm = EmbeddedLLM(MODEL_ALIAS, "http://127.0.0.1:9/v1", cache=False, cache_as="embedded:x")
+    >>> llm.cache_endpoint, llm.server_gone() is None
+    ('embedded:x', True)
+    """
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    def __init__(self, model: str, base_url: str, api_key: str | None = None, *, server_check=None,
+                 cache_as: str | None = None, **kwargs):
+        super().__init__(model, base_url, api_key, **kwargs)
+        self.server_check = server_check
+        self.cache_as = cache_as
+
+    @property
+    def cache_endpoint(self) -> str:
+        return self.cache_as or self.base_url
+
+    def server_gone(self) -> LLMError | None:
+        return self.server_check() if self.server_check is not None else None
 
 
 class LocalServer:
@@ -275,10 +285,10 @@ class LocalServer:
                                "FABNB_LLM_MODEL to an OpenAI-compatible endpoint.", "config") from None
         model = self.model or model_path()
         _check_model_file(model)
-        if self.port is not None and not _port_free(self.port):
+        if self.port is not None and not port_free(self.port):
             raise LLMError(f"port {self.port} on 127.0.0.1 is already in use; pass another port, or port=None "
                            "to pick a free one.", "config")
-        self.port = self.port or _free_port()
+        self.port = self.port or free_port()
         # fabnb._llama_server is llama-cpp-python's server with logprob rows computed only when read (memory).
         command = [*(self.command or [sys.executable, "-m", "fabnb._llama_server"]), "--model", str(model),
                    "--model_alias", MODEL_ALIAS, "--host", "127.0.0.1", "--port", str(self.port),
@@ -293,29 +303,21 @@ class LocalServer:
         # One malloc arena: glibc gives each of the server's threads its own, and each keeps what a JSON-schema
         # grammar once took. Notebook 03's calls: peak 927 to 750 MB, the same speed. A value set by the user wins.
         env = {**os.environ, "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "1")}
-        self.process = subprocess.Popen(command, stdout=fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        env=env, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        self.process = start_process(command, env=env, stdout=fd)
         os.close(fd)
-        deadline = time.monotonic() + self.startup_timeout
-        while True:
+        state = wait_ready(self.process, lambda: answers_http(f"{self.base_url}/models"), self.startup_timeout)
+        if state == "exited":
             dead = self.death("while starting", grace=0)
-            if dead is not None:
-                self.process = None
-                raise dead
-            try:
-                with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise LLMError(f"the local llama.cpp server did not answer within {self.startup_timeout:.0f} s:"
-                                   f"\n{self._log_tail()}", "server") from None
-                time.sleep(0.25)
+            self.process = None
+            raise dead
+        if state == "timeout":
+            self.stop()
+            raise LLMError(f"the local llama.cpp server did not answer within {self.startup_timeout:.0f} s:"
+                           f"\n{self._log_tail()}", "server")
         try:
-            probe = LLM(MODEL_ALIAS, self.base_url, cache=False, max_retries=0,
-                        timeout=min(120.0, self.startup_timeout), schema_style="llama.cpp",
-                        server_check=lambda: self.death("on its first completion"))
+            probe = EmbeddedLLM(MODEL_ALIAS, self.base_url, cache=False, max_retries=0,
+                                timeout=min(120.0, self.startup_timeout), schema_style="llama.cpp",
+                                server_check=lambda: self.death("on its first completion"))
             probe.complete("Say OK.", max_tokens=2, temperature=0.0)
         except LLMError:
             self.stop()
@@ -357,17 +359,11 @@ class LocalServer:
 
     def stop(self) -> None:
         """Stop the server (terminate, then kill after 10 s)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        stop_process(self.process)
         self.process = None
 
-    def llm(self, **kwargs) -> LLM:
-        """An :class:`~fabnb.llm.LLM` talking to this server."""
+    def llm(self, **kwargs) -> "EmbeddedLLM":
+        """An :class:`EmbeddedLLM` talking to this server."""
         if not self.running:
             self.start()
         kwargs.setdefault("concurrency", 1)  # one llama.cpp slot: requests queue anyway
@@ -375,7 +371,7 @@ class LocalServer:
         kwargs.setdefault("server_check", self.death)
         if self.command is None and self.model is None:  # the shipped model: the same answers whatever the port
             kwargs.setdefault("cache_as", f"embedded:{MODEL_ALIAS}:{self.chat_format}")
-        return LLM(MODEL_ALIAS, self.base_url, **kwargs)
+        return EmbeddedLLM(MODEL_ALIAS, self.base_url, **kwargs)
 
     def __enter__(self) -> "LocalServer":
         return self.start()

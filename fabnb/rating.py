@@ -28,14 +28,13 @@ import numpy as np
 import pandas as pd
 
 from .errors import FabnbError
-from .records import append_jsonl
-from .records import read_jsonl as _read_records
+from .records import append_jsonl, read_jsonl
 from .stats import icc, krippendorff_alpha, weighted_kappa  # noqa: F401 - re-exported: fabnb.rating.icc, ...
 
 __all__ = ['BLIND_FIELDS', 'DIMENSIONS', 'RATING_COLUMNS', 'RatingApp', 'RatingError', 'RatingSession', 'RatingStore',
-           'SCALE', 'SCHEMES', 'VERDICT_DIMENSIONS', 'agreement', 'app_notebook', 'assign', 'icc', 'krippendorff_alpha',
-           'overlap', 'quality_table', 'rating_items', 'rating_matrix', 'read_jsonl', 'read_manifest', 'serve_app',
-           'weighted_kappa', 'write_manifests']
+           'SCALE', 'SCHEMES', 'VERDICT_DIMENSIONS', 'agreement', 'app_notebook', 'assign', 'icc',
+           'krippendorff_alpha', 'overlap', 'quality_table', 'rating_items', 'rating_matrix', 'read_manifest',
+           'read_rating_file', 'serve_app', 'weighted_kappa', 'write_manifests']
 
 #: Appendix D's four dimensions and their one-line definitions (1-5 scale).
 DIMENSIONS: dict[str, str] = {
@@ -138,7 +137,7 @@ class RatingStore:
         """
         out, problems = [], []
         for path in sorted(self.folder.glob("*.jsonl")):
-            recs, bad = read_jsonl(path)
+            recs, bad = read_rating_file(path)
             out += [r for r in recs if r.get("kind", "rating") == kind]
             problems += bad
         return out, pd.DataFrame(problems, columns=["file", "line", "message"])
@@ -146,7 +145,7 @@ class RatingStore:
     def read(self, rater: str, kind: str = "rating") -> list[dict]:
         """One rater's records of a kind, in file order (unreadable lines skipped)."""
         path = self.path(rater)
-        return [r for r in read_jsonl(path)[0] if r.get("kind", "rating") == kind] if path.exists() else []
+        return [r for r in read_rating_file(path)[0] if r.get("kind", "rating") == kind] if path.exists() else []
 
     def ratings(self, history: bool = False, kind: str = "rating") -> pd.DataFrame:
         """Ratings (or, with ``kind="verdict"``, verdict labels) as a tidy frame:
@@ -191,7 +190,7 @@ class RatingStore:
                          "scores": dict(zip(g["dimension"], g["score"].astype(int)))}
                         for (r, i, t), g in frame.fillna({"comment": ""}).groupby(["rater", "item_id", "ts"])]
         else:
-            incoming = [r for r in read_jsonl(path)[0] if r.get("kind", "rating") == "rating"]
+            incoming = [r for r in read_rating_file(path)[0] if r.get("kind", "rating") == "rating"]
         added = 0
         for rec in incoming:
             if (rec["rater"], rec["item_id"], rec["ts"]) in have:
@@ -204,9 +203,9 @@ class RatingStore:
         append_jsonl(self.path(rater), record)
 
 
-def read_jsonl(path: Path) -> tuple[list[dict], list[dict]]:
+def read_rating_file(path: Path) -> tuple[list[dict], list[dict]]:
     """Rating records of one JSONL file, and its unreadable lines (file, line, message)."""
-    return _read_records(path, required=("item_id", "scores"))
+    return read_jsonl(path, required=("item_id", "scores"))
 
 
 def rating_items(pairs) -> pd.DataFrame:
@@ -646,17 +645,15 @@ def serve_app(qa: str | Path | None = None, ratings: str | Path = "ratings", man
     """
     import os
     import shutil
-    import socket
-    import subprocess
     import sys
     import tempfile
 
-    from .local import _free_port
+    from .process import answers_tcp, free_port, start_process, stop_process, wait_ready
 
     app = RatingApp.from_folders(qa, ratings, manifests)  # a bad folder fails here, with its name
     folder = Path(tempfile.mkdtemp(prefix="fabnb-rate-"))
     notebook = app_notebook(folder / "rate.ipynb")
-    port = port or _free_port()
+    port = port or free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("FABNB_QA_DIR", "FABNB_MANIFESTS_DIR")}
     env["FABNB_RATINGS_DIR"] = str(Path(ratings).resolve())
     if qa:
@@ -665,31 +662,20 @@ def serve_app(qa: str | Path | None = None, ratings: str | Path = "ratings", man
         env["FABNB_MANIFESTS_DIR"] = str(Path(manifests).resolve())
     cmd = [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
            "--Voila.port_retries=0", "--show_tracebacks=False", "--theme=light"]
-    proc = subprocess.Popen(cmd, cwd=folder, env=env)
+    proc = start_process(cmd, cwd=folder, env=env)
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    raise RatingError(f"Voilà stopped before serving (exit status {proc.returncode}); its messages "
-                                      "are above. Is voila installed (pip install fabnb)?") from None
-                if time.monotonic() > deadline:
-                    raise RatingError(f"Voilà did not answer on port {port} within {timeout:.0f} s.") from None
-                time.sleep(0.3)
+        state = wait_ready(proc, lambda: answers_tcp("127.0.0.1", port), timeout, interval=0.3)
+        if state == "exited":
+            raise RatingError(f"Voilà stopped before serving (exit status {proc.returncode}); its messages "
+                              "are above. Is voila installed (pip install fabnb)?")
+        if state == "timeout":
+            raise RatingError(f"Voilà did not answer on port {port} within {timeout:.0f} s.")
         echo(f"Rating app: http://127.0.0.1:{port}/  ({len(app.items)} items; ratings go to "
              f"{env['FABNB_RATINGS_DIR']}; Ctrl-C stops it)")
         return proc.wait()
     except KeyboardInterrupt:
         return 0
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_process(proc)
         shutil.rmtree(folder, ignore_errors=True)  # the app's notebook; the ratings live elsewhere
 

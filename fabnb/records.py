@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,71 @@ import pandas as pd
 
 from .schema import RESULT_COLUMNS, RESULT_KEYS
 
-__all__ = ['ResultsStore', 'append_jsonl', 'cell_key', 'read_jsonl']
+__all__ = ['ResultsStore', 'StageRun', 'append_jsonl', 'cell_key', 'read_jsonl', 'stage_bar']
+
+
+@dataclass
+class StageRun:
+    """What one stage did to its store: cells done now, skipped (already stored), failed, deferred (a ``limit``).
+
+    The answer grid (:class:`fabnb.rag.GridRun`, where ``asked`` reads ``done``) and the judge
+    (:class:`fabnb.judge.JudgeRun`, where ``scored`` reads ``done``) return one.
+
+    Attributes
+    ----------
+    done : int
+        Cells sent this run (failed ones included).
+    skipped : int
+        Cells already in the store.
+    failed : int
+    seconds : float
+    failures : DataFrame
+        The failed cells with their cause.
+    deferred : int
+        Cells left for a later run by ``limit`` (a budget).
+
+    Examples
+    --------
+    >>> StageRun(3, 1, 0, 2.04)
+    StageRun(done=3, skipped=1, failed=0, seconds=2.0)
+    """
+
+    done: int
+    skipped: int
+    failed: int
+    seconds: float
+    failures: pd.DataFrame = field(default_factory=pd.DataFrame)
+    deferred: int = 0
+    _done_name = "done"
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self._done_name}={self.done}, skipped={self.skipped}, failed={self.failed}, "
+                f"seconds={self.seconds:.1f}" + (f", deferred={self.deferred})" if self.deferred else ")"))
+
+
+def stage_bar(progress, total: int, desc: str, shared_total: bool = False):
+    """A stage's progress bar, and whether the stage owns it (and so closes it).
+
+    ``progress`` True makes a bar of the stage's own over ``total`` cells; an object with
+    ``update(n)`` is a bar shared by several stages (``fabnb run``), left open, and with
+    ``shared_total`` its total becomes what is done plus ``total`` (a later stage knows its
+    count only when it starts); False makes none.
+
+    Examples
+    --------
+    >>> stage_bar(False, 10, "judging")
+    (None, False)
+    """
+    if hasattr(progress, "update"):
+        if shared_total:
+            progress.total = progress.n + total
+            progress.refresh()
+        return progress, False
+    if not progress:
+        return None, False
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc), True
 
 
 def append_jsonl(path: str | Path, record: dict) -> None:

@@ -163,12 +163,17 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
     Returns
     -------
     Reproduction
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> run = reproduce(tempfile.mkdtemp())  # the paper's own tables, in a few seconds
+    >>> run.report_md.name, len(run.figures) >= 10, run.claims["verdict"].value_counts().idxmax()
+    ('report.md', True, 'reproduced')
     """
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
 
     out = Path(out_dir)
     figs, tabs = out / "figures", out / "tables"
@@ -177,7 +182,6 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
     is_paper = scores is None
     data = published.scores() if is_paper else scores
     sweeps = data[data["context_k"].notna()]
-    systems = data[data["context_k"].isna()]
     models = list(dict.fromkeys(sweeps["model"]))
     primary = [m for m in published.PRIMARY_MODELS if m in models] if is_paper else models
     main = sweeps[sweeps["model"].isin(primary)]
@@ -186,28 +190,44 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
     report.text(f"Made by fabnb {__version__} (`fabnb reproduce`) from "
                 + ("the paper's published tables (arXiv 2605.26476, Tables 1-21) as transcribed in fabnb/published."
                    if is_paper else f"{source or 'a score frame'}."))
+    claims = _claims_section(report, data, tabs) if is_paper else None
+    _scaling_section(report, sweeps, primary, figs, tabs)
+    _crossover_section(report, main, primary, tabs)
+    _diagnostics_section(report, main, sweeps, primary, is_paper, figs, tabs)
+    _framework_section(report, data[data["context_k"].isna()], figs, tabs)
+    _consistency_section(report, data, tabs)
+    (out / "report.md").write_text(report.markdown(), encoding="utf-8")
+    (out / "report.html").write_text(report.html(), encoding="utf-8")
+    return Reproduction(out, out / "report.md", out / "report.html", sorted(figs.glob("*.png")),
+                        sorted(tabs.glob("*.csv")), claims)
 
-    claims = None
-    if is_paper:
-        claims = check_claims(Paper(data))
-        counts = claims["verdict"].value_counts()
-        report.heading("Claims: the paper's text against its own tables")
-        report.text(
-            f"{len(claims)} numeric claims of the paper's text (Sections 3.3-8.2 and the tables they summarise), each "
-            "recomputed from the published tables: "
-            + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + ". "
-            "A claim is reproduced when the recomputed value is within the stated tolerance (the rounding of the "
-            "printed value unless the row says otherwise). Where a claim does not come back, both numbers are shown; "
-            "no computation was adjusted to match."
-        )
-        failed = claims[claims["verdict"] != "reproduced"]
-        report.table(failed[["claim_id", "claim", "claimed", "computed", "verdict", "how"]],
-                     "Claims not reproduced (or not checkable) from the paper's tables")
-        report.table(claims[["claim_id", "section", "claim", "claimed", "computed", "difference", "tolerance",
-                             "verdict", "how"]], "Every claim")
-        _save_table(claims, tabs, "claims")
 
-    # ---- scaling (Figure 3)
+def _claims_section(report: Report, data: pd.DataFrame, tabs: Path) -> pd.DataFrame:
+    """The claims table: the paper's text against its own tables."""
+    claims = check_claims(Paper(data))
+    counts = claims["verdict"].value_counts()
+    report.heading("Claims: the paper's text against its own tables")
+    report.text(
+        f"{len(claims)} numeric claims of the paper's text (Sections 3.3-8.2 and the tables they summarise), each "
+        "recomputed from the published tables: "
+        + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + ". "
+        "A claim is reproduced when the recomputed value is within the stated tolerance (the rounding of the "
+        "printed value unless the row says otherwise). Where a claim does not come back, both numbers are shown; "
+        "no computation was adjusted to match."
+    )
+    failed = claims[claims["verdict"] != "reproduced"]
+    report.table(failed[["claim_id", "claim", "claimed", "computed", "verdict", "how"]],
+                 "Claims not reproduced (or not checkable) from the paper's tables")
+    report.table(claims[["claim_id", "section", "claim", "claimed", "computed", "difference", "tolerance",
+                         "verdict", "how"]], "Every claim")
+    _save_table(claims, tabs, "claims")
+    return claims
+
+
+def _scaling_section(report: Report, sweeps: pd.DataFrame, primary: list, figs: Path, tabs: Path) -> None:
+    """Context scaling (Section 4, Figure 3): log and S-curve fits, labels, operating points."""
+    import matplotlib.pyplot as plt
+
     report.heading("Context scaling (Section 4, Figure 3)")
     log_fits = A.fit_log_curves(sweeps)
     logistic_fits = A.fit_logistic_curves(sweeps)
@@ -235,7 +255,9 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
     report.table(points.drop(columns=["metric", "fraction"]),
                  "Operating points (90% of peak; half-way = critical mass)")
 
-    # ---- crossovers and routing (Section 8.2)
+
+def _crossover_section(report: Report, main: pd.DataFrame, primary: list, tabs: Path) -> None:
+    """Crossovers and routing (Section 8.2)."""
     report.heading("Crossovers and routing (Section 8.2)")
     cross = []
     for i, a in enumerate(primary):
@@ -249,7 +271,10 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
     report.table(cross, "Where two models' curves cross (observed: interpolated in ln context; log_fit: fitted curves)")
     report.table(routing, "Best model per context window, and the runs each wins")
 
-    # ---- metric diagnostics (Figures 4, 5, 6; Table 4)
+
+def _diagnostics_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFrame, primary: list, is_paper: bool,
+                         figs: Path, tabs: Path) -> None:
+    """Metric diagnostics (Section 5; Figures 4, 5, 6, 8; Table 4)."""
     report.heading("Metric diagnostics (Section 5)")
     contexts = sorted(main["context_k"].unique())
     lo, hi = (4.0, 28.0) if is_paper else (contexts[0], contexts[-1])
@@ -261,7 +286,6 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
         report.table(profile, f"Six-metric profiles at {k:g}K, with balance (range, std)")
     gaps = A.metric_gaps(main, lo)
     _save_table(gaps, tabs, f"metric_gaps_{lo:g}k")
-
     d0, d1 = (28.0, 32.0) if is_paper else (contexts[-2], contexts[-1]) if len(contexts) > 1 else (None, None)
     if d0 is not None:
         deltas = A.dilution(main, d0, d1)
@@ -273,31 +297,7 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
         report.figure("fig6_deltas_relative", "The same as relative change (%), as Section 5.4's text reports it.")
         report.table(deltas.drop(columns=["from_k", "to_k"]),
                      "Attention dilution: delta (score), percentage points and relative %")
-
-    pearson = A.metric_correlations(main)
-    spearman = A.metric_correlations(main, method="spearman")
-    by_model = pd.concat([A.metric_correlations(main, by="model"),
-                          A.metric_correlations(main, method="spearman", by="model")], ignore_index=True)
-    _save_table(pd.concat([pearson, spearman], ignore_index=True), tabs, "correlations_pooled")
-    _save_table(by_model, tabs, "correlations_by_model")
-    if is_paper:
-        comparison = A.compare_correlations(pearson, published.correlations())
-        comparison["r_computed_all_39"] = A.compare_correlations(
-            A.metric_correlations(sweeps), published.correlations())["r_computed"]
-        comparison["spearman_33"] = A.compare_correlations(spearman, published.correlations())["r_computed"]
-        _save_table(comparison, tabs, "table4_comparison")
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-        plots.plot_correlations(published.correlations(), ax=axes[0], title="Table 4 as published")
-        plots.plot_correlations(pearson, ax=axes[1], title="Recomputed from Tables 17-19 (33 configs)")
-        _save_figure(axes[0], figs, "table4_correlations")
-        report.figure("table4_correlations", "Inter-metric Pearson correlations: published against recomputed.")
-        report.table(comparison, "Table 4 against the correlations its own Tables 17-19 give "
-                                 "(Pearson over the 33 primary configurations; also over all 39, and Spearman)")
-    else:
-        _save_figure(plots.plot_correlations(pearson), figs, "correlations")
-        report.figure("correlations", "Inter-metric Pearson correlations over all configurations.")
-        report.table(pearson, "Pooled Pearson correlations with p-values")
-
+    _correlation_section(report, main, sweeps, is_paper, figs, tabs)
     if is_paper:
         radar = A.metric_profile(main, 18)
         _save_figure(plots.plot_radar(radar, title="Six-metric profiles at 18K (model averages)"), figs,
@@ -306,16 +306,52 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
                       "single case MULTI_069 at 18K, whose six scores no table publishes (Table 6 gives only "
                       "Factuality), so this radar shows the models' averages at the same context instead.")
 
-    # ---- frameworks (Section 6, Table 5, Figure 7)
-    if not systems.empty:
-        report.heading("Cross-framework evaluation (Section 6)")
-        table5 = A.framework_table(systems).reset_index(names="metric")
-        table5["metric"] = table5["metric"].map(lambda m: METRIC_LABELS.get(m, m))
-        _save_table(table5, tabs, "frameworks")
-        _save_figure(plots.plot_frameworks(systems), figs, "fig7_frameworks")
-        report.figure("fig7_frameworks", "Six metrics per RAG framework (Figure 7).")
-        report.table(table5, "Cross-framework table with reported and recomputed averages (Table 5)")
 
+def _correlation_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFrame, is_paper: bool, figs: Path,
+                         tabs: Path) -> None:
+    """Inter-metric correlations (Table 4): pooled and per model; against the published table for the paper."""
+    import matplotlib.pyplot as plt
+
+    pearson = A.metric_correlations(main)
+    spearman = A.metric_correlations(main, method="spearman")
+    by_model = pd.concat([A.metric_correlations(main, by="model"),
+                          A.metric_correlations(main, method="spearman", by="model")], ignore_index=True)
+    _save_table(pd.concat([pearson, spearman], ignore_index=True), tabs, "correlations_pooled")
+    _save_table(by_model, tabs, "correlations_by_model")
+    if not is_paper:
+        _save_figure(plots.plot_correlations(pearson), figs, "correlations")
+        report.figure("correlations", "Inter-metric Pearson correlations over all configurations.")
+        report.table(pearson, "Pooled Pearson correlations with p-values")
+        return
+    comparison = A.compare_correlations(pearson, published.correlations())
+    comparison["r_computed_all_39"] = A.compare_correlations(
+        A.metric_correlations(sweeps), published.correlations())["r_computed"]
+    comparison["spearman_33"] = A.compare_correlations(spearman, published.correlations())["r_computed"]
+    _save_table(comparison, tabs, "table4_comparison")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    plots.plot_correlations(published.correlations(), ax=axes[0], title="Table 4 as published")
+    plots.plot_correlations(pearson, ax=axes[1], title="Recomputed from Tables 17-19 (33 configs)")
+    _save_figure(axes[0], figs, "table4_correlations")
+    report.figure("table4_correlations", "Inter-metric Pearson correlations: published against recomputed.")
+    report.table(comparison, "Table 4 against the correlations its own Tables 17-19 give "
+                             "(Pearson over the 33 primary configurations; also over all 39, and Spearman)")
+
+
+def _framework_section(report: Report, systems: pd.DataFrame, figs: Path, tabs: Path) -> None:
+    """Cross-framework evaluation (Section 6, Table 5, Figure 7), where the scores have framework rows."""
+    if systems.empty:
+        return
+    report.heading("Cross-framework evaluation (Section 6)")
+    table5 = A.framework_table(systems).reset_index(names="metric")
+    table5["metric"] = table5["metric"].map(lambda m: METRIC_LABELS.get(m, m))
+    _save_table(table5, tabs, "frameworks")
+    _save_figure(plots.plot_frameworks(systems), figs, "fig7_frameworks")
+    report.figure("fig7_frameworks", "Six metrics per RAG framework (Figure 7).")
+    report.table(table5, "Cross-framework table with reported and recomputed averages (Table 5)")
+
+
+def _consistency_section(report: Report, data: pd.DataFrame, tabs: Path) -> None:
+    """Reported averages against their six metrics, and the definitions the report uses."""
     checks = A.check_averages(data)
     _save_table(checks, tabs, "average_consistency")
     report.heading("Internal consistency")
@@ -331,8 +367,3 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
                 "Scaling labels: cold-start if the first score is below 60% of the peak; early saturation if the "
                 "final score is more than 1% below the peak or the last doubling gained less than 2% of the peak; "
                 "logarithmic growth if neither and the log curve's R² >= 0.85.")
-
-    (out / "report.md").write_text(report.markdown(), encoding="utf-8")
-    (out / "report.html").write_text(report.html(), encoding="utf-8")
-    return Reproduction(out, out / "report.md", out / "report.html", sorted(figs.glob("*.png")),
-                        sorted(tabs.glob("*.csv")), claims)

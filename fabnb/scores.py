@@ -98,24 +98,8 @@ def check_scores(
         if pd.isna(model) or not str(model).strip():
             raise ScoreError(f"{_where(source, i, from_file)}, column 'model': empty model name.")
     for column, low, high in (("score", 0.0, 1.0), ("context_k", 0.0, None), ("output_k", 0.0, None)):
-        if column not in df.columns:
-            continue
-        numeric = pd.to_numeric(df[column], errors="coerce")
-        for i in df.index[numeric.isna() & df[column].notna()]:
-            value = df.at[i, column]
-            if isinstance(value, str) and not value.strip():
-                continue
-            hint = ("Scores are normalized to [0, 1]" if column == "score" else
-                    "Contexts are in K tokens (e.g. 4, 32, 128)")
-            raise ScoreError(
-                f"{_where(source, i, from_file)}, column {column!r}: {value!r} is not a number. "
-                f"{hint}; fix or remove this row."
-            )
-        bad = numeric[(numeric < low) | ((numeric > high) if high is not None else False)]
-        for i, value in bad.items():
-            rng = f"[{low}, {high}]" if high is not None else f">= {low}"
-            raise ScoreError(f"{_where(source, i, from_file)}, column {column!r}: {value} is outside {rng}.")
-        df[column] = numeric.astype(float)
+        if column in df.columns:
+            df[column] = _numbers(df, column, low, high, source, from_file)
     if df["score"].isna().any():
         i = df.index[df["score"].isna()][0]
         raise ScoreError(f"{_where(source, i, from_file)}, column 'score': empty score.")
@@ -129,18 +113,42 @@ def check_scores(
             "the column that tells them apart (e.g. 'test_id', 'mode')."
         )
     if require_all_metrics:
-        config = [c for c in keys if c != "metric"]
-        present = df[df["metric"].isin(METRICS)].groupby(config, dropna=False)["metric"].agg(set)
-        for key, got in present.items():
-            lacking = [m for m in METRICS if m not in got]
-            if lacking:
-                key = key if isinstance(key, tuple) else (key,)
-                desc = ", ".join(f"{c}={v}" for c, v in zip(config, key))
-                raise ScoreError(
-                    f"{source}: configuration ({desc}) lacks metric(s) {lacking}. Score all six "
-                    f"metrics {list(METRICS)}, or pass require_all_metrics=False."
-                )
+        _check_all_metrics(df, [c for c in keys if c != "metric"], source)
     return df
+
+
+def _numbers(df: pd.DataFrame, column: str, low: float, high: float | None, source: str, from_file: bool) -> pd.Series:
+    """A column as floats, refusing the first value that is not a number or is out of range (blanks stay NaN)."""
+    numeric = pd.to_numeric(df[column], errors="coerce")
+    for i in df.index[numeric.isna() & df[column].notna()]:
+        value = df.at[i, column]
+        if isinstance(value, str) and not value.strip():
+            continue
+        hint = ("Scores are normalized to [0, 1]" if column == "score" else
+                "Contexts are in K tokens (e.g. 4, 32, 128)")
+        raise ScoreError(
+            f"{_where(source, i, from_file)}, column {column!r}: {value!r} is not a number. "
+            f"{hint}; fix or remove this row."
+        )
+    bad = numeric[(numeric < low) | ((numeric > high) if high is not None else False)]
+    for i, value in bad.items():
+        rng = f"[{low}, {high}]" if high is not None else f">= {low}"
+        raise ScoreError(f"{_where(source, i, from_file)}, column {column!r}: {value} is outside {rng}.")
+    return numeric.astype(float)
+
+
+def _check_all_metrics(df: pd.DataFrame, config: list[str], source: str) -> None:
+    """Refuse the first configuration that has some of the six metrics but not all."""
+    present = df[df["metric"].isin(METRICS)].groupby(config, dropna=False)["metric"].agg(set)
+    for key, got in present.items():
+        lacking = [m for m in METRICS if m not in got]
+        if lacking:
+            key = key if isinstance(key, tuple) else (key,)
+            desc = ", ".join(f"{c}={v}" for c, v in zip(config, key))
+            raise ScoreError(
+                f"{source}: configuration ({desc}) lacks metric(s) {lacking}. Score all six "
+                f"metrics {list(METRICS)}, or pass require_all_metrics=False."
+            )
 
 
 def read_scores(path: str | Path, **kwargs) -> pd.DataFrame:

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .generation import QUOTE_SHARE, quoted_share, word_tokens
 from .llm import LLM, LLMError, parse_json
 from .passages import CoverageTracker, rank_by_complexity
+from .text import QUOTE_SHARE, quoted_share, word_tokens
 
 __all__ = ['ANSWER_SUPPORT', 'REFUSAL', 'REJECT_COLUMNS', 'TEST_COLUMNS', 'TestSuite', 'absence_share',
            'answer_support', 'complex_passage_tests', 'coverage_tests', 'fair_baseline_tests',

@@ -187,9 +187,9 @@ def _weighted_counts(texts: list, vocabulary: dict, idf: np.ndarray) -> sp.csr_m
 
 def _chunk_part(records: list, size: int, overlap: int, name: str) -> pd.DataFrame:
     """One partition of documents as chunk rows (on a worker)."""
-    from .corpus import _ROW_COLUMNS, _chunk_records
+    from .corpus import CHUNK_ROW_COLUMNS, chunk_records
 
-    return pd.DataFrame(_chunk_records(records, size, overlap, name), columns=_ROW_COLUMNS)
+    return pd.DataFrame(chunk_records(records, size, overlap, name), columns=CHUNK_ROW_COLUMNS)
 
 
 def _part_frequencies(part: pd.DataFrame) -> dict:
@@ -256,7 +256,7 @@ def vectorize_corpus(corpus, size: int = 512, overlap: int = 128, *, tokenizer_n
     fabnb.corpus.CorpusError
         No ``dask.distributed`` client is running.
     """
-    from .corpus import CorpusError, _finish_chunks, tokenizer
+    from .corpus import CorpusError, finish_chunks, tokenizer
 
     try:
         from distributed import as_completed, get_client
@@ -293,7 +293,7 @@ def vectorize_corpus(corpus, size: int = 512, overlap: int = 128, *, tokenizer_n
         del frame, m
     chunks = pd.concat(frames, ignore_index=True)  # never empty: _idf has refused a corpus with no terms
     del frames
-    chunks = _finish_chunks(chunks, corpus, size, tokenizer_name)
+    chunks = finish_chunks(chunks, corpus, size, tokenizer_name)
     matrix = sp.csr_matrix((data, indices, indptr), shape=(n_chunks, len(vocabulary)))
     return chunks, ChunkVectors(chunks["chunk_id"].to_numpy(), chunks["doc_id"].to_numpy(), matrix, vocabulary,
                                 idf.astype(np.float64))

@@ -89,10 +89,16 @@ class RatingPanel(_View):
 
     Examples
     --------
-    Skipped in the doctest run: a widget needs a kernel and a front end to show.
+    The front end sends actions; the model behind it stores them (no browser needed):
 
-    >>> panel = RatingPanel(session)                                   # doctest: +SKIP
-    >>> panel.handle({"action": "rate", "dimension": "accuracy", "value": 4})  # doctest: +SKIP
+    >>> import tempfile
+    >>> from fabnb.datasets import load_fab_bench
+    >>> from fabnb.rating import RatingSession, RatingStore, rating_items
+    >>> store = RatingStore(tempfile.mkdtemp())
+    >>> panel = RatingPanel(RatingSession(rating_items(list(load_fab_bench())[:2]), "ana", store))
+    >>> panel.handle({"action": "rate", "dimension": "accuracy", "value": 4})
+    >>> store.ratings()[["rater", "item_id", "dimension", "score"]].to_dict("records")
+    [{'rater': 'ana', 'item_id': 'GEN_001', 'dimension': 'accuracy', 'score': 4}]
     """
 
     _esm = _asset("rating.js")
@@ -191,10 +197,10 @@ class RatingAppView:
 
     Examples
     --------
-    Skipped in the doctest run: a widget needs a kernel and a front end to show.
-
-    >>> view = RatingAppView(RatingApp.from_folders("qa", "ratings"))   # doctest: +SKIP
-    >>> view.enter("ana")                                               # doctest: +SKIP
+    >>> import tempfile
+    >>> view = RatingAppView(RatingApp.from_folders(None, tempfile.mkdtemp()))
+    >>> type(view.enter("ana")).__name__  # the name prompt gives way to that rater's panel
+    'RatingPanel'
     """
 
     def __init__(self, app: RatingApp):

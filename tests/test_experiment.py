@@ -191,7 +191,7 @@ def test_the_plan_counts_calls_tokens_and_cost_as_computed_by_hand(tmp_path, stu
     room = [1024 - 256 - count_tokens(r.question) - PROMPT_OVERHEAD for r in q.itertuples()]
     mode_b_1k = sum(fixed + count_tokens(r.question) + min(count_tokens(r.gold_context), room[i])
                     for i, r in enumerate(q.itertuples()))
-    from fabnb.experiment import _answer_estimates
+    from fabnb.experiment.planning import _answer_estimates
 
     est = _answer_estimates(exp, q, exp.chunks(), exp.configs())
     assert est.query("mode == 'B' and context_k == 1.0")["prompt_tokens"].sum() == mode_b_1k
@@ -315,7 +315,7 @@ def test_a_changed_cell_setting_is_refused_naming_the_difference(tmp_path, stub,
 def test_the_judge_rubric_version_is_part_of_the_cells(tmp_path, stub, monkeypatch):
     path = write_file(tmp_path, sample=1, windows="[1]")
     run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
-    monkeypatch.setattr("fabnb.experiment.RUBRIC_VERSION", "fab-bench-appendix-e/2")
+    monkeypatch.setattr("fabnb.experiment.config.RUBRIC_VERSION", "fab-bench-appendix-e/2")
     with pytest.raises(ExperimentError, match="judge.rubric_version"):
         check_output(Experiment.from_file(path))
 

@@ -118,7 +118,7 @@ def test_logprobs_and_cost_pass_through(cache):
                                                           {"token": "8", "logprob": -2.4}]}]
     reply = completion("7", logprobs=lp, prompt_tokens=1000, completion_tokens=500)
     with StubServer(lambda r, n: (200, reply, {})) as s:
-        llm = LLM("m", s.base_url, cache=cache, prices={"prompt": 2.0, "completion": 8.0})
+        llm = LLM("m", s.base_url, cache=cache, prices={"input": 2.0, "output": 8.0})
         done = llm.complete("score?", logprobs=True, top_logprobs=2)
         assert s.requests[0]["logprobs"] is True and s.requests[0]["top_logprobs"] == 2
     assert done.logprobs[0]["top_logprobs"][1] == {"token": "8", "logprob": -2.4}

@@ -1,11 +1,23 @@
-"""Edge data never breaks a table or a plot (property-based, with hypothesis).
+"""Edge data never breaks a table or a plot, and valid data always gives one (property-based, with hypothesis).
 
-Score frames with one model, one context, a single row, ties, NaN, scores of exactly 0
-and 1, and empty frames go through every public function of ``fabnb.analysis`` and
-``fabnb.plots``; counts from 0 to n go through the statistics and the RAG-TESTER failure
-tables. Each call returns a result, or raises ``ValueError`` (or a ``FabnbError``) that
-says what is missing; an interval always contains its estimate. Cheap on purpose: at most
-15 examples per property and bootstraps of 50 draws or fewer.
+Two kinds of property:
+
+- **edge data settles**: score frames with one model, one context, a single row, ties,
+  NaN, scores of exactly 0 and 1, and empty frames go through every public function of
+  ``fabnb.analysis`` and ``fabnb.plots``; counts from 0 to n go through the statistics and
+  the RAG-TESTER failure tables. Each call returns a result, or raises ``ValueError`` (or a
+  ``FabnbError``) that says what is missing (:func:`settles`);
+- **valid data works**: where the input meets the documented requirements (for example
+  three or more contexts and one or more models, every metric present), the function must
+  return a result of the documented shape (:func:`works`): a refusal fails the test.
+
+An interval always contains its estimate. Cheap on purpose: at most 15 examples per
+property and bootstraps of 50 draws or fewer.
+
+These tests can fail: ``test_the_suite_fails_when_every_function_refuses`` runs this file
+again with every public function of the modules under test replaced by one that refuses
+its input (``tests/refuse_everything.py``) and asserts that most tests fail. Before the
+``works`` properties existed, all 13 tests here passed under that patch.
 """
 
 from __future__ import annotations
@@ -20,6 +32,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -59,6 +72,38 @@ def settles(fn, *args, **kwargs):
             return None
 
 
+def works(fn, *args, **kwargs):
+    """Call ``fn`` on input that meets its documented requirements: it must return a result, never refuse."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            out = fn(*args, **kwargs)
+        except (ValueError, FabnbError) as exc:
+            raise AssertionError(f"{fn.__name__} refused valid input: {exc}") from None
+    assert out is not None, f"{fn.__name__} returned None for valid input"
+    return out
+
+
+def _metric_rows(system: str, model: str, k: float, draw) -> list[dict]:
+    values = {m: draw(st.floats(0.05, 0.95)) for m in METRICS}
+    rows = [{"system": system, "model": model, "context_k": k, "output_k": 1.0, "metric": m, "score": v}
+            for m, v in values.items()]
+    return rows + [{"system": system, "model": model, "context_k": k, "output_k": 1.0, "metric": AVERAGE,
+                    "score": float(np.mean(list(values.values())))}]
+
+
+@st.composite
+def full_frames(draw):
+    """A valid score frame: 1-3 models over 3-5 contexts (28K and 32K among them), every metric and the average,
+    no holes; and two frameworks at one operating point each (no context)."""
+    models = draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True))
+    extra = draw(st.lists(st.sampled_from([4.0, 8.0, 16.0]), min_size=1, max_size=3, unique=True))
+    contexts = sorted(extra + [28.0, 32.0])
+    rows = [r for m in models for k in contexts for r in _metric_rows("S", m, k, draw)]
+    rows += [r for f in ("F1", "F2") for r in _metric_rows(f, f, float("nan"), draw)]
+    return pd.DataFrame(rows)
+
+
 def _close_all():
     plt.close("all")
 
@@ -95,6 +140,57 @@ def test_analysis_functions_settle_on_edge_frames(scores):
     if len(models) >= 2:
         for method in ("observed", "log"):
             settles(analysis.crossovers, scores, models[0], models[1], method=method)
+
+
+@CHEAP
+@given(full_frames())
+def test_analysis_functions_give_their_documented_shape_on_valid_frames(scores):
+    sweeps = scores[scores["context_k"].notna()]
+    models = sorted(sweeps["model"].unique())
+    contexts = sorted(sweeps["context_k"].unique())
+    n = len(models)
+    fits = works(analysis.fit_log_curves, sweeps)
+    assert len(fits) == n and set(fits["model"]) == set(models)
+    ok = fits[["slope_ci_low", "slope", "slope_ci_high"]].dropna()
+    assert (ok["slope_ci_low"] <= ok["slope"] + 1e-12).all() and (ok["slope"] <= ok["slope_ci_high"] + 1e-12).all()
+    assert len(works(analysis.predict_log_curve, fits.iloc[0], [4, 8])) == 2
+    assert len(works(analysis.fit_logistic_curves, sweeps)) == n
+    assert len(works(analysis.operating_points, sweeps)) == n
+    labels = works(analysis.classify_scaling, sweeps)
+    assert len(labels) == n and labels["label"].notna().all()
+    assert len(works(analysis.metric_slopes, sweeps)) == len(METRICS)
+    assert len(works(analysis.context_to_reach, sweeps, 0.5)) == len(METRICS) * n
+    for method in ("pearson", "spearman"):
+        corr = works(analysis.metric_correlations, sweeps, method=method)
+        assert len(corr) == len(METRICS) * (len(METRICS) - 1) // 2 and corr["r"].dropna().between(-1 - 1e-9, 1 + 1e-9).all()
+    assert len(works(analysis.dilution, sweeps, 28.0, 32.0)) == (len(METRICS) + 1) * n
+    profile = works(analysis.metric_profile, sweeps, contexts[0])
+    assert len(profile) == n and set(METRICS) <= set(profile.columns)
+    assert len(works(analysis.metric_gaps, sweeps, contexts[0])) > 0
+    table = works(analysis.framework_table, scores[scores["context_k"].isna()])
+    assert list(table.columns) == ["F1", "F2"]
+    assert len(works(analysis.check_averages, scores)) == n * len(contexts) + 2
+    assert len(works(analysis.gain_rates, sweeps, models[0], [(28, 32)])) == 1
+    if n >= 2:
+        assert len(works(analysis.routing_table, sweeps)) == len(contexts)
+        assert {"model_a", "model_b", "context_k"} <= set(works(analysis.crossovers, sweeps, models[0],
+                                                                 models[1]).columns)
+
+
+@CHEAP
+@given(full_frames())
+def test_plots_draw_valid_frames_and_return_their_axes(scores):
+    sweeps = scores[scores["context_k"].notna()]
+    try:
+        for fn, args in ((plots.plot_scaling, (sweeps,)), (plots.plot_breakdown, (sweeps, 28.0)),
+                         (plots.plot_frameworks, (scores[scores["context_k"].isna()],)),
+                         (plots.plot_deltas, (analysis.dilution(sweeps, 28.0, 32.0),)),
+                         (plots.plot_radar, (analysis.metric_profile(sweeps, 28.0),)),
+                         (plots.plot_correlations, (analysis.metric_correlations(sweeps),))):
+            ax = works(fn, *args)
+            assert ax.figure is not None and ax.has_data() or ax.get_images() or ax.collections, fn.__name__
+    finally:
+        _close_all()
 
 
 @CHEAP
@@ -153,7 +249,9 @@ def test_failure_tables_and_their_plot_settle_on_zero_and_full_rates(counts):
     from fabnb.judge import compare_configurations, failure_table
 
     verdicts = _verdicts(counts, np.random.default_rng(0))
-    table = settles(failure_table, verdicts, by=("configuration",))
+    table = (works if len(verdicts) else settles)(failure_table, verdicts, by=("configuration",))
+    if len(verdicts):
+        assert set(table["configuration"]) == set(verdicts["configuration"])
     if table is not None and len(table):
         ok = table.dropna(subset=["failure_rate"])
         assert (ok["ci_low"] <= ok["failure_rate"]).all() and (ok["failure_rate"] <= ok["ci_high"]).all()
@@ -162,7 +260,12 @@ def test_failure_tables_and_their_plot_settle_on_zero_and_full_rates(counts):
         finally:
             _close_all()
     if len(counts) >= 2:
-        settles(compare_configurations, verdicts, "c0", "c1", n_boot=50)
+        both = counts[0][1] > 0 and counts[1][1] > 0
+        out = (works if both else settles)(compare_configurations, verdicts, "c0", "c1", n_boot=50)
+        if both:
+            assert len(out) == 1 and list(out[["a", "b"]].iloc[0]) == ["c0", "c1"]
+            row = out.iloc[0]
+            assert row["ci_low"] <= row["diff"] + 1e-12 and row["diff"] <= row["ci_high"] + 1e-12
 
 
 def test_plot_failures_at_zero_of_n_and_n_of_n():
@@ -184,9 +287,10 @@ def test_paired_statistics_settle(pairs):
 
     a = [p[0] for p in pairs]
     b = [p[1] for p in pairs]
-    out = settles(mcnemar_paired, a, b)
-    if out is not None and "p_value" in out and not math.isnan(out["p_value"]):
-        assert 0.0 <= out["p_value"] <= 1.0
+    out = (works if pairs else settles)(mcnemar_paired, a, b)
+    if pairs:
+        assert out["n"] == len(pairs) and out["a_only"] + out["b_only"] + out["both"] + out["neither"] == len(pairs)
+        assert math.isnan(out["p_value"]) or 0.0 <= out["p_value"] <= 1.0
 
 
 @CHEAP
@@ -202,6 +306,12 @@ def test_agreement_statistics_settle(raters, items, data):
     if raters >= 2:
         both = matrix.iloc[:2].dropna(axis=1)
         settles(weighted_kappa, both.iloc[0].astype(int).tolist(), both.iloc[1].astype(int).tolist())
+    # Two raters who agree on every one of several items that differ: every coefficient is 1.
+    full = pd.DataFrame([[1.0, 2.0, 3.0, 5.0][:max(2, items)]] * 2)
+    if items >= 2:
+        assert works(krippendorff_alpha, full) == pytest.approx(1.0)
+        assert works(weighted_kappa, full.iloc[0].astype(int).tolist(), full.iloc[1].astype(int).tolist()) \
+            == pytest.approx(1.0)
 
 
 @CHEAP
@@ -211,11 +321,15 @@ def test_prediction_powered_mean_settles(judge_all, labeled, data):
 
     judge_labeled = data.draw(st.lists(st.floats(0, 1), min_size=labeled, max_size=labeled))
     human = data.draw(st.lists(st.floats(0, 1), min_size=labeled, max_size=labeled))
-    out = settles(ppi_mean, judge_all, judge_labeled, human)
-    if out is not None:
-        estimate, lo, hi = (out.get(k) for k in ("mean", "ci_low", "ci_high"))
-        if all(v is not None and not math.isnan(v) for v in (estimate, lo, hi)):
-            assert lo <= estimate <= hi
+    valid = len(judge_all) >= 1 and labeled >= 2
+    out = (works if valid else settles)(ppi_mean, judge_all, judge_labeled, human)
+    if valid:
+        # The estimate's key is "estimate": an earlier version of this test read "mean", found None, and
+        # so never checked the interval.
+        estimate, lo, hi = out["estimate"], out["ci_low"], out["ci_high"]
+        assert out["n_judged"] == len(judge_all) and out["n_labeled"] == labeled
+        if not any(math.isnan(v) for v in (estimate, lo, hi)):
+            assert lo <= estimate + 1e-12 and estimate <= hi + 1e-12
 
 
 GENERATORS = ["complex_passage", "negative_rejection", "coverage", "random", "fair_baseline"]
@@ -252,7 +366,10 @@ def test_study_tables_settle_on_edge_verdicts(verdicts):
 
     tests = verdicts.drop_duplicates("test_id")[["test_id", "generator", "source_doc"]]
     rejected = pd.DataFrame({"generator": ["random"], "reason": ["answer not in its passage"]})
-    tables = settles(study_tables, verdicts, tests, rejected, n_boot=20)
+    valid = (verdicts["status"] == "ok").any()
+    tables = (works if valid else settles)(study_tables, verdicts, tests, rejected, n_boot=20)
+    if valid:
+        assert set(tables) == set(TABLES)
     if tables is not None:
         assert set(tables) == set(TABLES)
         for name, table in tables.items():
@@ -268,7 +385,10 @@ def test_bootstraps_settle_and_bracket_their_difference(rows):
     from fabnb.stats import bootstrap_group_diff, bootstrap_rate_diff
 
     frame = pd.DataFrame(rows, columns=["g", "failed", "source_doc"])
-    out = settles(bootstrap_group_diff, frame, "g", "x", "y", n_boot=50)
+    valid = {"x", "y"} <= set(frame["g"])
+    out = (works if valid else settles)(bootstrap_group_diff, frame, "g", "x", "y", n_boot=50)
+    if valid:
+        assert (out["n_a"], out["n_b"]) == ((frame["g"] == "x").sum(), (frame["g"] == "y").sum())
     if out is not None and not math.isnan(out.get("diff", math.nan)):
         assert out["ci_low"] <= out["diff"] + 1e-12 and out["diff"] <= out["ci_high"] + 1e-12
     wide = pd.DataFrame({"a": [r[1] for r in rows], "b": [not r[1] for r in rows], "doc": [r[2] for r in rows]})
@@ -280,7 +400,10 @@ def test_bootstraps_settle_and_bracket_their_difference(rows):
 def test_dual_mode_deltas_settle(scores, data):
     modes = data.draw(st.lists(st.sampled_from(["A", "B"]), min_size=len(scores), max_size=len(scores)))
     frame = scores.assign(mode=modes, test_id="Q1")
-    out = settles(analysis.dual_mode_delta, frame)
+    valid = {"A", "B"} <= set(modes)
+    out = (works if valid else settles)(analysis.dual_mode_delta, frame)
+    if valid:
+        assert {"score_a", "score_b", "delta", "paired"} <= set(out.columns)
     if out is not None and len(out):
         paired = out[out["paired"]].dropna(subset=["delta"])
         assert np.allclose(paired["delta"], paired["score_b"] - paired["score_a"])
@@ -293,7 +416,9 @@ def test_correlations_compare_with_the_published_table(scores):
 
     computed = settles(analysis.metric_correlations, scores)
     if computed is not None:
-        settles(analysis.compare_correlations, computed, published.correlations())
+        compared = works(analysis.compare_correlations, computed, published.correlations())
+        # One row per pair of the six metrics (the published table also has its diagonal).
+        assert len(compared) == len(METRICS) * (len(METRICS) - 1) // 2 and "r_computed" in compared
 
 
 @CHEAP
@@ -306,6 +431,29 @@ def test_generation_plot_settles(attempts):
                            "failure": "" if o == "accepted" else "not-json"} for i, (c, o, t) in enumerate(attempts)])
     frame = frame.reindex(columns=ATTEMPT_COLUMNS)
     try:
-        settles(plots.plot_generation, frame)
+        ax = (works if attempts else settles)(plots.plot_generation, frame)
+        if attempts:
+            assert ax.has_data()
     finally:
         _close_all()
+
+
+def test_the_suite_fails_when_every_function_refuses(tmp_path):
+    """This file again, with every public function under test refusing its input: most tests must fail."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    here = os.path.dirname(__file__)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-p", "no:deepeval",
+                          "-p", "refuse_everything", "-o", "addopts=", "-rf",
+                          "-k", "not test_the_suite_fails_when_every_function_refuses"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    summary = run.stdout.strip().splitlines()[-1]
+    assert "error" not in summary, run.stdout[-3000:]
+    failed = int(re.search(r"(\d+) failed", summary).group(1)) if "failed" in summary else 0
+    passed = int(re.search(r"(\d+) passed", summary).group(1)) if "passed" in summary else 0
+    assert failed >= 0.75 * (failed + passed), f"only {failed} of {failed + passed} tests failed when every " \
+                                                f"function refused: {summary}"

@@ -8,7 +8,6 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -16,9 +15,9 @@ import numpy as np
 import pandas as pd
 
 from ..llm import LLMError
-from ..rag.config import truncate_tokens
-from ..records import ResultsStore
+from ..records import ResultsStore, StageRun, stage_bar
 from ..schema import METRICS, SCORE_RECORD_COLUMNS, SCORE_RECORD_KEYS
+from ..tokens import truncate_tokens
 from .rubrics import (
     BANDS,
     RUBRIC_VERSION,
@@ -348,32 +347,45 @@ def score_one(llm, metric: str, **kwargs) -> dict:
 
     Examples
     --------
-    Skipped in the doctest run: it calls a judge model.
+    It calls a judge model (here the embedded one; the suite runs it with the ``model`` tests).
 
-    >>> score_one(llm, "depth", question="Why?", answer="Because ...")   # doctest: +SKIP
+    >>> from fabnb.local import default_llm
+    >>> out = score_one(default_llm(logprobs=True), "depth", question="Why are wafers polished?",
+    ...                 answer="So that lithography can focus on a flat surface.", logprobs=True)
+    >>> 0.0 <= out["score"] <= 1.0, out["scoring"] in ("weighted", "integer")
+    (True, True)
     """
     return llm.run(lambda: score_answer(llm, metric, **kwargs))
 
 
-@dataclass
-class JudgeRun:
-    """What :func:`judge_results` did."""
+class JudgeRun(StageRun):
+    """What :func:`judge_results` did: a :class:`fabnb.records.StageRun`; ``scored`` is its ``done``."""
 
-    scored: int
-    skipped: int
-    failed: int
-    seconds: float
-    failures: pd.DataFrame = field(default_factory=pd.DataFrame)
-    deferred: int = 0
+    _done_name = "scored"
 
-    def __repr__(self) -> str:
-        return (f"JudgeRun(scored={self.scored}, skipped={self.skipped}, failed={self.failed}, "
-                f"seconds={self.seconds:.1f}" + (f", deferred={self.deferred})" if self.deferred else ")"))
+    @property
+    def scored(self) -> int:
+        return self.done
 
 
 def score_store(path: str | Path) -> ResultsStore:
     """A store of judge scores: one record per (system, model, context, mode, question, metric, replicate)."""
     return ResultsStore(path, keys=SCORE_RECORD_KEYS, columns=SCORE_RECORD_COLUMNS)
+
+
+def _cells_to_judge(ok: pd.DataFrame, metrics, replicates: int, store: ResultsStore) -> list[tuple]:
+    """(answer row, metric, replicate, key) of every score the store does not hold yet."""
+    done = store.done()
+    cells = []
+    # Metric by metric: consecutive judge prompts then share their long head (template, steps, rubric),
+    # which a llama.cpp server keeps in its KV cache instead of reading it again.
+    for metric in metrics:
+        for rep in range(replicates):
+            for r in ok.to_dict("records"):
+                key = {**{k: r[k] for k in SCORE_RECORD_KEYS[:5]}, "metric": metric, "replicate": rep}
+                if store.key(key) not in done:
+                    cells.append((r, metric, rep, key))
+    return cells
 
 
 def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, metrics=METRICS, replicates: int = 1,
@@ -427,30 +439,15 @@ def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, me
     missing = set(results["test_id"]) - set(qs.index)
     if missing:
         raise ValueError(f"results hold test_id(s) {sorted(missing)[:5]} that are not in questions.")
-    done = store.done()
     ok = results[results["status"] == "ok"]
-    cells = []
-    # Metric by metric: consecutive judge prompts then share their long head (template, steps, rubric),
-    # which a llama.cpp server keeps in its KV cache instead of reading it again.
-    for metric in metrics:
-        for rep in range(replicates):
-            for r in ok.to_dict("records"):
-                key = {**{k: r[k] for k in SCORE_RECORD_KEYS[:5]}, "metric": metric, "replicate": rep}
-                if store.key(key) not in done:
-                    cells.append((r, metric, rep, key))
+    cells = _cells_to_judge(ok, metrics, replicates, store)
     n_total = len(ok) * len(list(metrics)) * replicates
     deferred = 0
     if limit is not None and len(cells) > limit:
         cells, deferred = cells[:max(0, limit)], len(cells) - max(0, limit)
     failures, start = [], time.perf_counter()
-    bar, own_bar = (progress, False) if hasattr(progress, "update") else (None, bool(progress))
-    if own_bar:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(cells), desc="judging")
-    elif bar is not None:  # a shared bar: only now is it known how many answers came back to be judged
-        bar.total = bar.n + len(cells)
-        bar.refresh()
+    # A shared bar learns only now how many answers came back to be judged.
+    bar, own_bar = stage_bar(progress, len(cells), "judging", shared_total=True)
 
     async def one(sem, r, metric, rep, key):
         q = qs.loc[r["test_id"]]

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..generation import QUOTE_SHARE, quoted_share
 from ..llm import parse_json
 from ..records import ResultsStore
 from ..schema import RESULT_KEYS
 from ..stats import bootstrap_rate_diff, mcnemar_paired, wilson_interval
+from ..text import QUOTE_SHARE, quoted_share
 from .rubrics import JudgeError, injection_flags
 
 __all__ = ['ORACLE_CRITERIA', 'ORACLE_SCHEMA', 'PAIR_COLUMNS', 'REFUSAL_PATTERNS', 'VERDICT_COLUMNS', 'VERDICT_KEYS',

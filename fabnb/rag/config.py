@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..corpus import tokenizer
 from ..errors import CausedError
+from ..tokens import count_tokens, truncate_tokens
 
 __all__ = ['ANYTHINGLLM_DEFAULTS', 'CONTEXT_INDICATORS', 'OUTPUT_SCHEDULE', 'PAPER_CONTEXTS', 'PROMPT_OVERHEAD',
            'RAGConfig', 'RAGError', 'SYSTEM_PROMPT', 'count_tokens', 'output_tokens', 'sweep', 'truncate_tokens']
@@ -104,14 +104,3 @@ def sweep(contexts=PAPER_CONTEXTS, **knobs) -> list[RAGConfig]:
     return [RAGConfig(k, **knobs) for k in contexts]
 
 
-def count_tokens(text: str) -> int:
-    """Tokens of a text in cl100k_base (the kit's tokenizer, offline)."""
-
-    return len(tokenizer("cl100k_base").encode(text, disallowed_special=()))
-
-
-def truncate_tokens(text: str, tokens: int) -> tuple[str, bool]:
-
-    enc = tokenizer("cl100k_base")
-    ids = enc.encode(text, disallowed_special=())
-    return (text, False) if len(ids) <= tokens else (enc.decode(ids[:max(0, tokens)]), True)

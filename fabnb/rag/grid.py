@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from ..records import ResultsStore
+from ..records import ResultsStore, StageRun, stage_bar
 from ..schema import RESULT_KEYS
 from .config import RAGConfig, RAGError
 from .system import RAGSystem, ReferenceRAG
@@ -68,20 +67,17 @@ def ask_cell(system, question: dict, config: RAGConfig, mode: str) -> dict:
             "context_signal": a.context_signal, "ts": time.time()}
 
 
-@dataclass
-class GridRun:
-    """What :func:`run_grid` did: cells asked, skipped (already done), failed, deferred (``limit``), the time taken."""
+class GridRun(StageRun):
+    """What :func:`run_grid` did: cells asked, skipped (already done), failed, deferred (``limit``), the time taken.
 
-    asked: int
-    skipped: int
-    failed: int
-    seconds: float
-    failures: pd.DataFrame = field(default_factory=pd.DataFrame)
-    deferred: int = 0
+    A :class:`fabnb.records.StageRun`; ``asked`` is its ``done``.
+    """
 
-    def __repr__(self) -> str:
-        return (f"GridRun(asked={self.asked}, skipped={self.skipped}, failed={self.failed}, "
-                f"seconds={self.seconds:.1f}" + (f", deferred={self.deferred})" if self.deferred else ")"))
+    _done_name = "asked"
+
+    @property
+    def asked(self) -> int:
+        return self.done
 
 
 def run_grid(systems, questions: pd.DataFrame, configs, store: ResultsStore | str | Path, modes=("A",),
@@ -112,6 +108,22 @@ def run_grid(systems, questions: pd.DataFrame, configs, store: ResultsStore | st
     Returns
     -------
     GridRun
+
+    Examples
+    --------
+    Any object with ``name``, ``model``, ``sources_exposed`` and ``ask`` is a system:
+
+    >>> import tempfile
+    >>> from fabnb.rag import Answer
+    >>> class Echo:
+    ...     name, model, sources_exposed = "echo", "none", False
+    ...     def ask(self, question, config, gold_context=None):
+    ...         return Answer(f"At {config.context_k:g}K you asked: {question}")
+    >>> questions = pd.DataFrame({"test_id": ["q1", "q2"], "question": ["Why?", "How?"]})
+    >>> store = tempfile.mkdtemp() + "/answers.jsonl"
+    >>> run = run_grid([Echo()], questions, [1, 2], store, progress=False)
+    >>> run.asked, run.failed, run_grid([Echo()], questions, [1, 2], store, progress=False).skipped
+    (4, 0, 4)
     """
 
     if error_policy not in ("record", "raise"):
@@ -131,11 +143,7 @@ def run_grid(systems, questions: pd.DataFrame, configs, store: ResultsStore | st
     deferred = 0
     if limit is not None and len(todo) > limit:
         todo, deferred = todo[:max(0, limit)], len(todo) - max(0, limit)
-    bar, own_bar = (progress, False) if hasattr(progress, "update") else (None, bool(progress))
-    if own_bar:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(todo), desc="RAG grid")
+    bar, own_bar = stage_bar(progress, len(todo), "RAG grid")
     start, failures, stop = time.perf_counter(), [], None
     pending_cells = iter(todo)
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:

@@ -8,8 +8,9 @@ import os
 import numpy as np
 import pandas as pd
 
+from ..tokens import count_tokens
 from ..vectors import vectorize
-from .config import RAGError, count_tokens
+from .config import RAGError
 
 __all__ = ['BM25Retriever', 'DenseRetriever', 'HIT_COLUMNS', 'HybridRetriever', 'MINILM', 'Retriever',
            'TfidfRetriever', 'make_retriever', 'minilm_embedder', 'openai_embedder', 'pick_context',
@@ -180,10 +181,10 @@ def minilm_embedder(device: str = "cpu"):
 
     Examples
     --------
-    Skipped in the doctest run: it loads PyTorch and the model (the ``dense`` extra).
+    It loads PyTorch and the model (the ``dense`` extra; the suite runs it with the ``model`` tests).
 
-    >>> embed = minilm_embedder()                                    # doctest: +SKIP
-    >>> embed(["EUV resist sensitivity"]).shape                      # doctest: +SKIP
+    >>> embed = minilm_embedder()
+    >>> embed(["EUV resist sensitivity"]).shape
     (1, 384)
     """
     model = _minilm(device)

@@ -10,7 +10,8 @@ from typing import Protocol, runtime_checkable
 import pandas as pd
 
 from ..llm import LLMError
-from .config import PROMPT_OVERHEAD, SYSTEM_PROMPT, RAGConfig, RAGError, count_tokens, truncate_tokens
+from ..tokens import count_tokens, truncate_tokens
+from .config import PROMPT_OVERHEAD, SYSTEM_PROMPT, RAGConfig, RAGError
 from .retrievers import Retriever, make_retriever, pick_context
 
 __all__ = ['Answer', 'RAGSystem', 'ReferenceRAG', 'check_answer', 'check_budget', 'context_prompt']
@@ -93,10 +94,17 @@ class ReferenceRAG:
 
     Examples
     --------
-    Skipped in the doctest run: it starts the embedded model's server.
+    It starts the embedded model's server (the suite runs it with the ``model`` tests).
 
-    >>> rag = ReferenceRAG(chunks, default_llm())                          # doctest: +SKIP
-    >>> rag.ask("What limits EUV resist sensitivity?", RAGConfig(4, **ANYTHINGLLM_DEFAULTS))  # doctest: +SKIP
+    >>> import pandas as pd
+    >>> from fabnb.local import default_llm
+    >>> chunks = pd.DataFrame({"chunk_id": ["c1", "c2"], "doc_id": ["d1", "d2"],
+    ...                        "text": ["EUV resists trade sensitivity against line-edge roughness.",
+    ...                                 "Wafers are sliced from a silicon ingot."]})
+    >>> rag = ReferenceRAG(chunks, default_llm())
+    >>> answer = rag.ask("What limits EUV resist sensitivity?", RAGConfig(1, **ANYTHINGLLM_DEFAULTS))
+    >>> answer.sources[0]["doc_id"], answer.context_tokens > 0
+    ('d1', True)
     """
 
     sources_exposed = True

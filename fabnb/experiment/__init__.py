@@ -1,0 +1,70 @@
+"""A whole FAB-Bench experiment from one TOML file: plan, cost, run, resume, report (``fabnb run FILE``).
+
+The file names the questions, the corpus, the systems (the reference RAG over any
+OpenAI-compatible endpoint, the embedded model, or one of the framework adapters), the
+context windows and modes, the judge, prices and a budget, and the output folder.
+:func:`plan` counts the calls and estimates tokens, cost and time without answering
+anything; :func:`run_experiment` runs the stages (answers, judge scores, reference
+checks, report) into the output folder and can be killed and run again at any point: it
+repeats no finished call. Keys are named by environment variable, never written in the
+file, and never reach the folder.
+
+The subjects, one module each:
+
+- :mod:`~fabnb.experiment.config`: the file, one spec per TOML table (:class:`Experiment`);
+- :mod:`~fabnb.experiment.prices`: the price table as data, and costs;
+- :mod:`~fabnb.experiment.planning`: the plan (:func:`plan`, :class:`Plan`);
+- :mod:`~fabnb.experiment.output`: the folder, its manifest, the resume check, tallies;
+- :mod:`~fabnb.experiment.run`: the run, one function per stage (:func:`run_experiment`);
+- :mod:`~fabnb.experiment.report`: ``summary.md`` and ``report/``.
+
+Examples
+--------
+>>> exp = Experiment.from_dict({"name": "demo", "output": "out",
+...                             "systems": [{"name": "local", "kind": "reference", "model": "embedded"}],
+...                             "contexts": {"windows": [0.5, 1]}})
+>>> exp.windows, exp.modes, [s.name for s in exp.systems]
+((0.5, 1.0), ('A',), ['local'])
+>>> Experiment.from_dict({"name": "demo", "sytems": []})  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+fabnb.experiment.config.ExperimentError: <dict>: unknown key 'sytems' at the top level; allowed: ..., seed, systems.
+"""
+
+from .config import (
+                     SYSTEM_KINDS,
+                     ContextsSpec,
+                     CorpusSpec,
+                     Endpoint,
+                     Experiment,
+                     ExperimentError,
+                     JudgeSpec,
+                     QuestionsSpec,
+                     ReportSpec,
+                     SystemKind,
+                     SystemSpec,
+                     prices_from_table,
+)
+from .output import (
+                     FAILURE_COLUMNS,
+                     TALLY_COLUMNS,
+                     check_output,
+                     failures,
+                     read_manifest,
+                     spent,
+                     stored,
+                     stores,
+                     tally,
+                     write_manifest,
+)
+from .planning import PLAN_COLUMNS, PROBE_COLUMNS, Plan, plan, probe_endpoints
+from .prices import PRICES, cost_of, price_of, price_text
+from .report import COVERAGE_COLUMNS, coverage, write_report
+from .run import ExperimentRun, run_experiment
+
+__all__ = ["COVERAGE_COLUMNS", "FAILURE_COLUMNS", "PLAN_COLUMNS", "PRICES", "PROBE_COLUMNS", "SYSTEM_KINDS",
+           "TALLY_COLUMNS", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment", "ExperimentError",
+           "ExperimentRun", "JudgeSpec", "Plan", "QuestionsSpec", "ReportSpec", "SystemKind", "SystemSpec",
+           "check_output", "cost_of", "coverage", "failures", "plan", "price_of", "price_text", "prices_from_table",
+           "probe_endpoints", "read_manifest", "run_experiment", "spent", "stored", "stores", "tally",
+           "write_manifest", "write_report"]

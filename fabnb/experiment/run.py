@@ -1,0 +1,225 @@
+"""The run of an experiment: answers, judge scores, the report, one function per stage, resumable at any point.
+
+Every answer and score is on disk when it arrives (the stores); a rerun after a kill
+skips them, asks again the cells that failed, and refuses a changed setting
+(:func:`fabnb.experiment.check_output`). ``budget_usd`` stops a stage before a call could
+pass it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from .. import __version__
+from ..judge.rubrics import RUBRIC_VERSION
+from .config import Experiment
+from .output import (
+    check_output,
+    failures,
+    file_hash,
+    json_records,
+    now,
+    planned,
+    spent,
+    stored,
+    stores,
+    tally,
+    versions,
+    write_manifest,
+)
+from .planning import Plan, plan
+from .report import write_report
+
+__all__ = ["ExperimentRun", "run_experiment"]
+
+
+@dataclass
+class ExperimentRun:
+    """What :func:`run_experiment` did and where it wrote.
+
+    Attributes
+    ----------
+    output : Path
+    plan : Plan
+        The plan shown before the run.
+    tally : DataFrame
+        :func:`fabnb.experiment.tally` after the run.
+    status : str
+        ``finished``, ``stopped-by-budget``, ``dry-run``.
+    failures : DataFrame
+        system, stage, cause, cells (failed cells by cause; a rerun asks them again).
+    report : Path or None
+        ``summary.md`` (coverage next to every mean), beside ``report/`` (the analyses).
+    """
+
+    output: Path
+    plan: Plan
+    tally: pd.DataFrame
+    status: str
+    failures: pd.DataFrame
+    report: Path | None = None
+
+    def __repr__(self) -> str:
+        return (f"ExperimentRun(status={self.status!r}, output={str(self.output)!r}, "
+                f"failed_cells={int(self.failures['cells'].sum()) if len(self.failures) else 0})")
+
+
+def _budget_limit(exp: Experiment, stage: str, plan_: Plan, questions: pd.DataFrame) -> int | None:
+    """How many more calls of a stage fit in the budget, each counted at its largest estimate."""
+    if exp.budget_usd is None:
+        return None
+    per_call = max((c or 0.0) for (s, _), c in plan_.max_call_cost.items() if s == stage) \
+        if any(s == stage for s, _ in plan_.max_call_cost) else 0.0
+    left = exp.budget_usd - spent(tally(exp, questions))
+    if per_call <= 0:
+        return None if left >= 0 else 0
+    return max(0, math.floor(left / per_call))
+
+
+def _start_manifest(exp: Experiment, old: dict | None, plan_: Plan, questions: pd.DataFrame) -> dict:
+    """The manifest of this run, from the folder's old one (None for a new folder): signatures, versions, runs."""
+    signatures = exp.signatures()
+    if old is not None:  # keep the systems of earlier runs that this file no longer lists
+        signatures["systems"] = {**old.get("signatures", {}).get("systems", {}), **signatures["systems"]}
+    reported = {r.endpoint: r.model_reported for r in plan_.probes.itertuples() if r.model_reported}
+    endpoints = {s.name: {"kind": s.kind, "model": s.model, "model_reported": reported.get(s.identity(), "")}
+                 for s in exp.systems}
+    endpoints["judge"] = {"model": exp.judge.model, "model_reported": reported.get(exp.judge.identity(), "")}
+    return {"name": exp.name, "experiment_file": exp.source, "experiment_sha256": file_hash(exp),
+            "fabnb": __version__, "versions": versions(), "rubric_version": RUBRIC_VERSION, "seed": exp.seed,
+            "signatures": signatures, "question_ids": list(questions["test_id"]),
+            "endpoints": {**(old or {}).get("endpoints", {}), **endpoints},
+            "runs": (old or {}).get("runs", []) + [{"started": now(), "ended": None, "status": "running"}],
+            "planned": json_records(plan_.table.drop(columns=["price"]))}
+
+
+def _answer_stage(exp: Experiment, systems: list, questions: pd.DataFrame, plan_: Plan, bar) -> bool:
+    """Run the grid of answers into the answer store; False when the budget deferred cells."""
+    from ..rag import run_grid
+
+    a_store, _ = stores(exp.output)
+    grid = run_grid(systems, questions, exp.configs(), a_store, modes=exp.modes, concurrency=exp.concurrency,
+                    progress=bar if bar is not None else False,
+                    limit=_budget_limit(exp, "answers", plan_, questions))
+    return not grid.deferred
+
+
+def _judge_stage(exp: Experiment, questions: pd.DataFrame, plan_: Plan, bar) -> bool:
+    """Judge every stored answer of the plan into the score store; False when the budget deferred cells."""
+    from ..judge import judge_results
+
+    if bar is not None:
+        bar.set_description("judge")
+    a_store, s_store = stores(exp.output)
+    judge = exp.judge.llm(concurrency=exp.judge_concurrency, n_ctx=exp.judge_n_ctx, logprobs=exp.logprobs)
+    # The answers with their sources are the largest object of the run: they live only in this function.
+    answers, _ = planned(exp, questions, a_store.frame(), pd.DataFrame())
+    if not len(answers):
+        return True
+    run = judge_results(answers, questions, judge, s_store, metrics=exp.metrics, replicates=exp.replicates,
+                        logprobs=exp.logprobs, temperature=exp.judge_temperature, reason_chars=exp.reason_chars,
+                        max_answer_tokens=exp.max_answer_tokens, progress=bar if bar is not None else False,
+                        limit=_budget_limit(exp, "judge", plan_, questions))
+    return not run.deferred
+
+
+def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe: bool = True,
+                   progress: bool = True, echo=print) -> ExperimentRun:
+    """Run (or, with ``dry_run``, plan) an experiment into its output folder.
+
+    Stages: answers (:func:`fabnb.rag.run_grid`), judge scores
+    (:func:`fabnb.judge.judge_results`), reference checks for objective questions, then
+    the report. Every answer and score is on disk when it arrives; a rerun after a kill
+    skips them, asks again the cells that failed, and refuses a changed setting
+    (:func:`fabnb.experiment.check_output`). ``budget_usd`` stops a stage before a call could pass it.
+
+    Parameters
+    ----------
+    exp : Experiment or path of a TOML file
+    dry_run : bool
+        Print the plan; make no answer, write nothing.
+    probe : bool
+        Measure each endpoint with one small call (the plan's time column).
+    progress : bool
+        One progress bar over the stages, with done/total and an ETA.
+    echo : callable
+        Where the plan and the summary lines go (``print``).
+
+    Returns
+    -------
+    ExperimentRun
+
+    Examples
+    --------
+    A dry run plans and writes nothing (``fabnb run FILE --dry-run``):
+
+    >>> import tempfile
+    >>> exp = Experiment.from_dict({"name": "demo", "output": tempfile.mkdtemp() + "/new",
+    ...                             "questions": {"sample": 1}, "contexts": {"windows": [1]},
+    ...                             "systems": [{"name": "local", "model": "embedded"}]})
+    >>> run = run_experiment(exp, dry_run=True, probe=False, echo=lambda text: None)
+    >>> run.status, int(run.plan.table["todo"].sum()), exp.output.exists()
+    ('dry-run', 7, False)
+    """
+    exp = Experiment.from_file(exp) if isinstance(exp, (str, Path)) else exp
+    exp.check_environment()
+    old = check_output(exp)
+    cache: dict = {"questions": exp.questions(), "chunks": exp.chunks()}
+    questions = cache["questions"]
+    # Building a system starts nothing but the embedded server; a dry run without probes starts nothing at all.
+    built = {s.name: s.build(cache["chunks"], exp.concurrency) for s in exp.systems} if (probe or not dry_run) else {}
+    cache["built"] = built
+    plan_ = plan(exp, probe=probe, _cache=cache)
+    echo(plan_.render())
+    if dry_run:
+        return ExperimentRun(exp.output, plan_, tally(exp, questions), "dry-run", failures(exp, questions))
+
+    out = exp.output
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = _start_manifest(exp, old, plan_, questions)
+    write_manifest(out, manifest)
+
+    def save(status: str, held: tuple | None = None) -> pd.DataFrame:
+        t = tally(exp, questions, held)
+        manifest["runs"][-1].update(ended=now(), status=status)
+        manifest["stages"] = json_records(t)
+        manifest["spent_usd"] = None if t["cost_usd"].isna().any() and exp.budget_usd is None else spent(t)
+        write_manifest(out, manifest)
+        return t
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=int(plan_.table["todo"].sum()), desc="answers", unit="call")
+    finished = _answer_stage(exp, [built[s.name] for s in exp.systems], questions, plan_, bar)
+    save("running")
+    if finished:
+        finished = _judge_stage(exp, questions, plan_, bar)
+    if bar is not None:
+        bar.close()
+    status = "finished" if finished else "stopped-by-budget"
+    held = stored(exp, questions)  # read once for the report, the manifest and the summary
+    save("reporting", held)
+    report = write_report(exp, questions, held)
+    t = save(status, held)
+    failed = failures(exp, questions, held)
+    echo(_summary_line(exp, t, failed, status))
+    return ExperimentRun(out, plan_, t, status, failed, report)
+
+
+def _summary_line(exp: Experiment, t: pd.DataFrame, failed: pd.DataFrame, status: str) -> str:
+    lines = [f"{status}: " + "; ".join(f"{r.system} {r.stage} {r.ok:,}/{r.planned:,} ok"
+                                       + (f", {r.failed:,} failed" if r.failed else "") for r in t.itertuples())]
+    if len(failed):
+        lines.append("failed cells by cause (a rerun asks them again): " + "; ".join(
+            f"{r.system} {r.stage} {r.cause}: {r.cells}" for r in failed.itertuples()))
+    lines.append(f"spent: ${spent(t):,.4f}" + (" (some models have no known price)" if t["cost_usd"].isna().any()
+                                               else "")
+                 + (f" of a ${exp.budget_usd:,.2f} budget" if exp.budget_usd is not None else ""))
+    lines.append(f"wrote {exp.output / 'summary.md'} and {exp.output / 'report'}")
+    return "\n".join(lines)

@@ -1,0 +1,108 @@
+"""Servers that fabnb starts as child processes: start, wait until ready, stop, reap, and free ports.
+
+The embedded llama.cpp server (:class:`fabnb.local.LocalServer`) and the rating app's
+Voilà (:func:`fabnb.rating.serve_app`) both run through these few functions, so a child
+is always stopped the same way: SIGTERM, a grace period, SIGKILL, and reaped (no zombie).
+
+Examples
+--------
+>>> import sys
+>>> proc = start_process([sys.executable, "-c", "import time; time.sleep(30)"])
+>>> wait_ready(proc, lambda: True, timeout=5)
+'ready'
+>>> stop_process(proc), proc.poll() is not None
+(True, True)
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+__all__ = ["answers_http", "answers_tcp", "free_port", "port_free", "start_process", "stop_process", "wait_ready"]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether ``port`` can be bound on ``host``."""
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: on Linux, get SIGTERM when the parent dies (a killed kernel leaves no server)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def start_process(command: list[str], *, env: dict | None = None, cwd=None, stdout=None,
+                  die_with_parent: bool = True) -> subprocess.Popen:
+    """Start ``command`` as a child with no standard input (stdout and stderr together, to ``stdout``).
+
+    With ``die_with_parent`` (Linux) the child gets SIGTERM when this process dies, even by SIGKILL.
+    """
+    return subprocess.Popen(command, stdout=stdout, stderr=subprocess.STDOUT if stdout is not None else None,
+                            stdin=subprocess.DEVNULL, env=env, cwd=cwd,
+                            preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None)
+
+
+def wait_ready(proc: subprocess.Popen, ready, timeout: float, interval: float = 0.25) -> str:
+    """Poll ``ready()`` until it is true: ``"ready"``, ``"exited"`` (the child ended first) or ``"timeout"``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            return "exited"
+        if ready():
+            return "ready"
+        if time.monotonic() > deadline:
+            return "timeout"
+        time.sleep(interval)
+
+
+def stop_process(proc: subprocess.Popen | None, grace: float = 10.0) -> bool:
+    """Stop a child: SIGTERM, then SIGKILL after ``grace`` seconds; always reaped. True if it was running."""
+    if proc is None or proc.poll() is not None:
+        return False
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+    return True
+
+
+def answers_tcp(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections at ``host:port``."""
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def answers_http(url: str) -> bool:
+    """Whether ``url`` answers 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
