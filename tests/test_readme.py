@@ -52,7 +52,7 @@ def test_every_module_is_on_the_maps():
     for name in modules:
         assert f"`{name}" in table, f"{name} is missing from the README's table"
         assert f"`fabnb.{name}" in package_doc, f"{name} is missing from docs/package.md"
-    for pkg in ("rag", "judge"):
+    for pkg in ("rag", "judge", "experiment"):
         sub = {m.name for m in pkgutil.iter_modules(getattr(fabnb, pkg).__path__)}
         for name in sub:
             assert f"`fabnb.{pkg}.{name}`" in package_doc and f"`{name}`" in table, (pkg, name)
