@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -206,3 +207,15 @@ def test_every_fabnb_name_the_docs_and_notebooks_use_imports():
                 break
             obj = getattr(obj, attr)
     assert not broken, f"names the docs or notebooks use that do not import: {broken}"
+
+
+def test_every_public_module_has_an_api_page_in_the_nav():
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for module in modules():
+        if module == "fabnb" or any(part.startswith("_") for part in module.split(".")):
+            continue
+        page = module.removeprefix("fabnb.")
+        if importlib.util.find_spec(module).submodule_search_locations and page != "experiment":
+            continue  # rag and judge: one page per module
+        assert (ROOT / "docs" / "api" / f"{page}.md").exists(), f"docs/api/{page}.md is missing"
+        assert f"api/{page}.md" in nav, f"mkdocs.yml's nav lacks api/{page}.md"
