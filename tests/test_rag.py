@@ -97,6 +97,7 @@ def test_tfidf_hybrid_and_context_selection():
     assert select_context(hits, budget=200).chunk_id.tolist() == ["a", "c", "d"]  # b overflows, smaller ones fit
 
 
+@pytest.mark.model  # loads PyTorch and MiniLM (the model marker's second kind): the whole suite runs it
 def test_minilm_dense_retrieval_finds_meaning_without_shared_words():
     """The offline all-MiniLM-L6-v2 (dense extra): a real embedding, not a word match."""
     from fabnb.rag import make_retriever, minilm_embedder
