@@ -98,6 +98,7 @@ class ReferenceRAG:
 
     >>> import pandas as pd
     >>> from fabnb.local import default_llm
+    >>> from fabnb.rag import ANYTHINGLLM_DEFAULTS
     >>> chunks = pd.DataFrame({"chunk_id": ["c1", "c2"], "doc_id": ["d1", "d2"],
     ...                        "text": ["EUV resists trade sensitivity against line-edge roughness.",
     ...                                 "Wafers are sliced from a silicon ingot."]})
