@@ -37,9 +37,14 @@ def _reproduce(args: argparse.Namespace) -> int:
     except ScoreError as exc:
         print(f"fabnb reproduce: {exc}", file=sys.stderr)
         return 2
-    result = reproduce(args.out, scores=scores, source=args.scores)
-    print(f"wrote {len(result.figures)} figures (PNG and SVG) and {len(result.tables)} tables (CSV and Markdown) "
-          f"to {result.out_dir}")
+    formats = tuple(f for f in args.figures.split(",") if f.strip())
+    try:
+        result = reproduce(args.out, scores=scores, source=args.scores, figures=formats)
+    except ValueError as exc:
+        print(f"fabnb reproduce --figures: {exc}", file=sys.stderr)
+        return 2
+    drawn = f"{len(result.figures)} figures ({', '.join(f.upper() for f in formats)})" if formats else "no figures"
+    print(f"wrote {drawn} and {len(result.tables)} tables (CSV and Markdown) to {result.out_dir}")
     if result.claims is not None:
         counts = result.claims["verdict"].value_counts()
         print(f"claims: {len(result.claims)} checked: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
@@ -68,7 +73,9 @@ def _rate(args: argparse.Namespace) -> int:
 
     try:
         if args.serve:
-            return serve_app(args.qa, args.ratings, args.manifests, port=args.port)
+            raters = [r for r in (args.raters or "").split(",") if r.strip()] or None
+            return serve_app(args.qa, args.ratings, args.manifests, port=args.port, host=args.host, raters=raters,
+                             url=args.url)
         app = RatingApp.from_folders(args.qa, args.ratings, args.manifests)
     except FabnbError as exc:
         print(f"fabnb rate: {exc}", file=sys.stderr)
@@ -112,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("reproduce", help="regenerate the paper's figures, tables and claim checks")
     rep.add_argument("--out", default="fabnb-reproduction", help="output folder (default: %(default)s)")
     rep.add_argument("--scores", metavar="CSV", help="analyse this score file instead of the published numbers")
+    rep.add_argument("--figures", default="png,svg", metavar="FORMATS",
+                     help="figure formats, comma-separated; '' draws none (default: %(default)s)")
     rep.set_defaults(run=_reproduce)
     run = sub.add_parser("run", help="run a whole experiment from a TOML file (plan, answers, judge, report)")
     run.add_argument("file", help="the experiment file (see examples/offline.toml)")
@@ -126,6 +135,13 @@ def build_parser() -> argparse.ArgumentParser:
     rate.add_argument("--ratings", default="ratings", help="the raters' files (default: %(default)s)")
     rate.add_argument("--manifests", help="a folder of rater assignments (fabnb.rating.write_manifests)")
     rate.add_argument("--port", type=int, help="port (default: a free one)")
+    rate.add_argument("--host", default="127.0.0.1",
+                      help="address to serve on (default: %(default)s); any other address serves only with a "
+                           "personal token link per rater")
+    rate.add_argument("--raters", metavar="NAMES", help="comma-separated raters who get a link (default: the "
+                                                        "raters of --manifests)")
+    rate.add_argument("--url", help="the address raters open, when it is not http://HOST:PORT/ (a reverse proxy "
+                                    "with TLS, say): the links start with it")
     rate.set_defaults(run=_rate)
     loc = sub.add_parser("serve-local", help="serve the embedded Gemma 3 270M on 127.0.0.1 (OpenAI-compatible)")
     loc.add_argument("--port", type=int, help="port (default: a free one)")

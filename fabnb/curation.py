@@ -99,7 +99,8 @@ class CurationSession:
     ----------
     source : folder or iterable of QA JSON files, or a :class:`~fabnb.datasets.QASet`
     store : RatingStore or folder
-        Decisions go to ``<store>/<curator>.jsonl`` as ``kind="curation"`` records.
+        Decisions go to ``<store>/<curator key>.jsonl`` (:func:`fabnb.rating.rater_key`) as ``kind="curation"``
+        records.
     curator : str
     targets : dict, optional
         Wanted kept pairs per test type; default :data:`PAPER_TARGETS`.

@@ -44,6 +44,27 @@ FILTERS = ("system", "model", "context_k", "mode", "test_type", "question_format
            "score_max", "judge_failures", "retrieval_miss", "state", "text")
 
 
+def _experiment_pairs(manifest: dict) -> list:
+    """The QA pairs an experiment asked: its ``[questions] source`` as the manifest records it (or, in a folder of
+    an earlier release, as its experiment file says), the FAB-Bench release otherwise."""
+    from .datasets import load_fab_bench, read_qa_files
+
+    source = manifest.get("questions_source")
+    if source is None and manifest.get("experiment_file") and Path(manifest["experiment_file"]).is_file():
+        import tomllib
+
+        try:
+            table = tomllib.loads(Path(manifest["experiment_file"]).read_text(encoding="utf-8")).get("questions", {})
+            raw = table.get("source", "fab-bench")
+            source = raw if raw == "fab-bench" or Path(raw).is_absolute() else \
+                str(Path(manifest["experiment_file"]).parent / raw)
+        except (OSError, tomllib.TOMLDecodeError):
+            source = None
+    if source and source != "fab-bench" and Path(source).is_dir():
+        return list(read_qa_files(source))
+    return list(load_fab_bench())
+
+
 class Explorer:
     """Answered cells with their scores, filtered, sorted, opened one at a time, compared, exported.
 
@@ -92,14 +113,13 @@ class Explorer:
         answers = ResultsStore(folder / "answers.jsonl").frame()
         scores = score_store(folder / "scores.jsonl").frame()
         if questions is None:
-            from .datasets import load_fab_bench
             from .rag import questions_frame
 
-            pairs = list(load_fab_bench())
             manifest = folder / "manifest.json"
-            if manifest.exists():
-                ids = set(json.loads(manifest.read_text(encoding="utf-8")).get("question_ids", []))
-                pairs = [p for p in pairs if p.test_id in ids] or pairs
+            manifest = json.loads(manifest.read_text(encoding="utf-8")) if manifest.exists() else {}
+            pairs = _experiment_pairs(manifest)
+            ids = set(manifest.get("question_ids", []))
+            pairs = [p for p in pairs if p.test_id in ids] or pairs
             questions = questions_frame(pairs)
         reference = pd.read_csv(folder / "reference.csv") if (folder / "reference.csv").exists() else None
         return cls(answers, scores, questions, reference=reference, **kwargs)

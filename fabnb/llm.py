@@ -32,6 +32,7 @@ import random
 import sqlite3
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -39,7 +40,7 @@ from pathlib import Path
 from .errors import CausedError
 from .paths import llm_cache_path
 
-__all__ = ["PARAMS", "LLM", "LLMError", "Completion", "Failure", "ResponseCache", "default_cache_path",
+__all__ = ["PARAMS", "LLM", "CacheWarning", "LLMError", "Completion", "Failure", "ResponseCache", "default_cache_path",
            "parse_json", "request_key"]
 
 log = logging.getLogger("fabnb.llm")
@@ -128,6 +129,13 @@ def request_key(base_url: str, model: str, messages: list, params: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
+_CACHE_COLUMNS = ("key", "request", "response", "created")
+
+
+class CacheWarning(UserWarning):
+    """The response cache could not be read and was moved aside; a fresh one is used."""
+
+
 class ResponseCache:
     """A persistent cache of answers in one SQLite file.
 
@@ -139,21 +147,60 @@ class ResponseCache:
     Parameters
     ----------
     path : path
-        The SQLite file; its folder is created.
+        The SQLite file; its folder is created. A file SQLite cannot read (not a database, malformed, the
+        table of another release) is moved aside with a timestamp and a :class:`CacheWarning`, and a new cache
+        is started: the stores, not the cache, are the record of what was done.
+    timeout : float
+        Seconds to wait for another process's lock; a lock is a live process, never taken for corruption.
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, timeout: float = 30.0):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL in WAL mode: a committed row survives a killed process (what resume needs); only a
-        # power cut may take the last few back, and those are asked again. FULL fsyncs every row.
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, request TEXT NOT NULL, "
-                         "response TEXT NOT NULL, created REAL NOT NULL)")
+        self._timeout = timeout  # how long to wait for another process's write lock
+        try:
+            self._db = self._open()
+        except sqlite3.DatabaseError as exc:
+            # "database is locked" is a live process sharing the cache (SQLite's locks die with their process):
+            # that is waited for (timeout) or raised, never taken for corruption.
+            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                raise
+            aside = self._move_aside(str(exc))
+            warnings.warn(f"the response cache {self.path} could not be read ({exc}); it was moved to {aside} "
+                          "and a new cache started. Nothing stored is lost: the run's stores, not the cache, hold "
+                          "what was done, so no stored cell is asked again.", CacheWarning, stacklevel=2)
+            self._db = self._open()
         self._idle: list[sqlite3.Connection] = []  # read connections not in use
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, check_same_thread=False, timeout=self._timeout, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            # NORMAL in WAL mode: a committed row survives a killed process (what resume needs); only a
+            # power cut may take the last few back, and those are asked again. FULL fsyncs every row.
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, request TEXT NOT NULL, "
+                       "response TEXT NOT NULL, created REAL NOT NULL)")
+            columns = [row[1] for row in db.execute("PRAGMA table_info(responses)")]
+            if columns != list(_CACHE_COLUMNS):
+                raise sqlite3.DatabaseError(f"its responses table has the columns {columns} of another fabnb "
+                                            f"release, not {list(_CACHE_COLUMNS)}")
+            db.execute("SELECT key FROM responses LIMIT 1").fetchall()
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _move_aside(self, why: str) -> Path:
+        """Rename the cache and its -wal and -shm files with a timestamp (never deleted); the new name."""
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        aside = self.path.with_name(f"{self.path.name}.unreadable-{stamp}")
+        for suffix in ("", "-wal", "-shm"):
+            src = self.path.with_name(self.path.name + suffix)
+            if src.exists():
+                os.replace(src, aside.with_name(aside.name + suffix))
+        return aside
 
     def get(self, key: str) -> dict | None:
         # Reads borrow a connection of their own: WAL readers wait neither for the writer nor for
@@ -161,7 +208,7 @@ class ResponseCache:
         with self._lock:
             db = self._idle.pop() if self._idle else None
         if db is None:
-            db = sqlite3.connect(self.path, check_same_thread=False, timeout=30, isolation_level=None)
+            db = sqlite3.connect(self.path, check_same_thread=False, timeout=self._timeout, isolation_level=None)
         try:
             row = db.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
         finally:

@@ -5,9 +5,12 @@ module is the plain-Python core that the rating widget is a thin view over:
 
 - :class:`RatingStore`: one append-only JSONL file per rater. Every rating is
   written, flushed and fsynced the moment it is made, so a killed kernel loses at
-  most the rating being typed; two raters write to two files. Reading skips (and
-  reports) a line truncated by a crash; the rest loads. The latest rating of an
-  item by a rater wins; earlier ones stay in the file as history.
+  most the rating being typed; two raters write to two files (named by a readable
+  slug and a hash of the exact name, so two names never share one). Reading skips
+  (and reports) a line truncated by a crash; the rest loads. A record carries the
+  fields it changes, and ratings merge field by field, the latest per field: two
+  tabs of one rater keep every field either saved. Earlier records stay in the
+  file as history.
 - :class:`RatingSession`: one rater, a list of items, seeded order, blind mode
   (generation metadata and condition labels hidden), resume where the rater stopped.
 - Agreement per dimension: Krippendorff's alpha (ordinal, missing ratings allowed),
@@ -17,6 +20,7 @@ module is the plain-Python core that the rating widget is a thin view over:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -32,9 +36,9 @@ from .records import append_jsonl, read_jsonl
 from .stats import icc, krippendorff_alpha, weighted_kappa  # noqa: F401 - re-exported: fabnb.rating.icc, ...
 
 __all__ = ['BLIND_FIELDS', 'DIMENSIONS', 'RATING_COLUMNS', 'RatingApp', 'RatingError', 'RatingSession', 'RatingStore',
-           'SCALE', 'SCHEMES', 'VERDICT_DIMENSIONS', 'agreement', 'app_notebook', 'assign', 'icc',
+           'MAX_RATER_NAME', 'SCALE', 'SCHEMES', 'VERDICT_DIMENSIONS', 'agreement', 'app_notebook', 'assign', 'icc',
            'krippendorff_alpha', 'overlap', 'quality_table', 'rating_items', 'rating_matrix', 'read_manifest',
-           'read_rating_file', 'serve_app', 'weighted_kappa', 'write_manifests']
+           'rater_key', 'read_rating_file', 'serve_app', 'weighted_kappa', 'write_manifests']
 
 #: Appendix D's four dimensions and their one-line definitions (1-5 scale).
 DIMENSIONS: dict[str, str] = {
@@ -61,16 +65,55 @@ class RatingError(FabnbError, ValueError):
     """A rating that cannot be stored as it is."""
 
 
+#: The longest rater name (in characters) the store takes: longer ones are refused before anything is written.
+MAX_RATER_NAME = 80
+
+
 def _safe_name(rater: str) -> str:
+    """The file-name form of earlier versions of fabnb (kept to find their files): two names could share one."""
     name = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in rater.strip())
     if not name or name.startswith("."):
         raise RatingError(f"rater name {rater!r} cannot name a file; use letters, digits, '-' or '_'.")
     return name
 
 
+def rater_key(rater: str) -> str:
+    """The name of a rater's files: a readable slug and a short hash of the exact name, so that two different
+    names never share a file ("ana b" and "ana_b" differ).
+
+    >>> rater_key("ana b"), rater_key("ana_b")
+    ('ana_b-53b1fba9', 'ana_b-be89d6c9')
+    """
+    if not isinstance(rater, str) or not rater.strip():
+        raise RatingError("enter your name (letters, digits, '-' or '_') to start rating.")
+    if len(rater) > MAX_RATER_NAME:
+        raise RatingError(f"a rater name of {len(rater)} characters is too long: use at most {MAX_RATER_NAME} "
+                          "(initials and a surname are enough).")
+    slug = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in rater.strip())[:40].strip("_") or "rater"
+    return f"{slug}-{hashlib.sha256(rater.encode('utf-8')).hexdigest()[:8]}"
+
+
 def _manifest_path(folder: str | Path, rater: str) -> Path:
-    """Where :func:`write_manifests` puts a rater's manifest, and where the app looks for it."""
-    return Path(folder) / f"{_safe_name(rater)}.json"
+    """Where :func:`write_manifests` puts a rater's manifest, and where the app looks for it (the name of releases
+    of earlier versions when only that one exists)."""
+    path = Path(folder) / f"{rater_key(rater)}.json"
+    try:
+        legacy = Path(folder) / f"{_safe_name(rater)}.json"
+    except RatingError:
+        return path
+    return legacy if not path.exists() and legacy.exists() else path
+
+
+def _merge(records: list[dict]) -> dict:
+    """item_id -> (scores, comment, ts) of one rater's records in file order: the latest value per field.
+
+    A record of this release carries the fields it changes (no ``comment`` key: the comment is unchanged); a record
+    of an earlier release carries the item's whole rating, comment included, and reads the same."""
+    out: dict = {}
+    for r in records:
+        scores, comment, ts = out.get(r["item_id"], ({}, "", 0.0))
+        out[r["item_id"]] = ({**scores, **r["scores"]}, r.get("comment", comment), max(ts, r.get("ts", 0.0)))
+    return out
 
 
 class RatingStore:
@@ -98,13 +141,27 @@ class RatingStore:
         return f"RatingStore({str(self.folder)!r}, raters={self.raters()})"
 
     def path(self, rater: str) -> Path:
-        return self.folder / f"{_safe_name(rater)}.jsonl"
+        """The file this rater's records are written to (:func:`rater_key`)."""
+        return self.folder / f"{rater_key(rater)}.jsonl"
+
+    def _files(self, rater: str) -> list[Path]:
+        """Every file that may hold this rater's records: theirs, and the one earlier versions of fabnb named."""
+        paths = [self.path(rater)]
+        try:
+            legacy = self.folder / f"{_safe_name(rater)}.jsonl"
+        except RatingError:
+            return paths
+        return paths + [legacy] if legacy.exists() else paths
 
     def raters(self) -> list[str]:
-        return sorted(p.stem for p in self.folder.glob("*.jsonl"))
+        """The raters with a record in the folder, by the name each record carries."""
+        return sorted({r["rater"] for path in self.folder.glob("*.jsonl") for r in read_rating_file(path)[0]
+                       if isinstance(r.get("rater"), str)})
 
-    def add(self, rater: str, item_id: str, scores: dict, comment: str = "", kind: str = "rating") -> dict:
-        """Check and append one record; it is on disk (fsynced) when this returns.
+    def add(self, rater: str, item_id: str, scores: dict, comment: str | None = None, kind: str = "rating") -> dict:
+        """Check and append one record of the fields it changes; it is on disk (fsynced) when this returns.
+
+        ``comment=None`` leaves the item's comment as it is; a text replaces it.
 
         Raises
         ------
@@ -122,13 +179,14 @@ class RatingStore:
                     raise RatingError(f"{item_id}: {dim} = {value!r} is not a whole number from {low} to "
                                       f"{high}; nothing was saved.")
         record = {"kind": kind, "rater": rater, "item_id": str(item_id),
-                  "scores": {k: int(v) if kind in SCHEMES else v for k, v in scores.items()},
-                  "comment": str(comment), "ts": time.time()}
+                  "scores": {k: int(v) if kind in SCHEMES else v for k, v in scores.items()}, "ts": time.time()}
+        if comment is not None:
+            record["comment"] = str(comment)
         self._append(rater, record)
         return record
 
     def records(self, kind: str = "rating") -> tuple[list[dict], pd.DataFrame]:
-        """Every record of a kind, in file order, and the lines that could not be read.
+        """Every record of a kind, in time order, and the lines that could not be read.
 
         Returns
         -------
@@ -140,26 +198,35 @@ class RatingStore:
             recs, bad = read_rating_file(path)
             out += [r for r in recs if r.get("kind", "rating") == kind]
             problems += bad
+        # In time order (stable: file order breaks ties), so "the latest wins" holds across a rater's files.
+        out.sort(key=lambda r: r.get("ts", 0.0) if isinstance(r.get("ts"), (int, float)) else 0.0)
         return out, pd.DataFrame(problems, columns=["file", "line", "message"])
 
     def read(self, rater: str, kind: str = "rating") -> list[dict]:
-        """One rater's records of a kind, in file order (unreadable lines skipped)."""
-        path = self.path(rater)
-        return [r for r in read_rating_file(path)[0] if r.get("kind", "rating") == kind] if path.exists() else []
+        """One rater's records of a kind, in time order (unreadable lines skipped)."""
+        recs = [r for path in self._files(rater) if path.exists() for r in read_rating_file(path)[0]
+                if r.get("kind", "rating") == kind and r.get("rater", rater) == rater]
+        return sorted(recs, key=lambda r: r.get("ts", 0.0))
 
     def ratings(self, history: bool = False, kind: str = "rating") -> pd.DataFrame:
         """Ratings (or, with ``kind="verdict"``, verdict labels) as a tidy frame:
         rater, item_id, dimension, score, comment, ts.
 
-        With ``history=False`` only each rater's latest rating of an item counts.
+        With ``history=False``, each rater's latest value of each field of an item (the comment too): records
+        from two tabs of one rater merge, and no saved field is lost. ``ts`` is when that field was set.
         """
-        recs, _ = self.records(kind)
+        recs = sorted(self.records(kind)[0], key=lambda r: r.get("ts", 0.0))
         rows = [{"rater": r["rater"], "item_id": r["item_id"], "dimension": d, "score": int(s),
                  "comment": r.get("comment", ""), "ts": r["ts"]} for r in recs for d, s in r["scores"].items()]
         frame = pd.DataFrame(rows, columns=RATING_COLUMNS)
         if not history and len(frame):
-            last = frame.groupby(["rater", "item_id"])["ts"].transform("max")
-            frame = frame[frame["ts"] == last].reset_index(drop=True)
+            frame = frame.drop_duplicates(["rater", "item_id", "dimension"], keep="last")
+            comments = {}
+            for r in recs:
+                if "comment" in r:
+                    comments[(r["rater"], r["item_id"])] = r["comment"]
+            frame["comment"] = [comments.get(k, "") for k in zip(frame["rater"], frame["item_id"])]
+            frame = frame.sort_values(["rater", "item_id", "ts"], kind="stable").reset_index(drop=True)
         return frame
 
     def export(self, folder: str | Path) -> tuple[Path, Path]:
@@ -277,9 +344,13 @@ class RatingSession:
         self.order = self.items["item_id"].to_numpy()[order].tolist()
         self._positions = {item: i for i, item in enumerate(self.order)}
         self._rows = self.items.set_index("item_id", drop=False)
-        # This rater's latest record per item, read once; rate() keeps it current.
-        self._latest = {r["item_id"]: (r["scores"], r.get("comment", ""))
-                        for r in self.store.read(self.rater, self.kind)}
+        rater_key(self.rater)  # an unusable name is refused before anything is read or written
+        self._latest = {}
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read this rater's records again (another tab or machine of the same rater may have added some)."""
+        self._latest = {i: (sc, c) for i, (sc, c, _) in _merge(self.store.read(self.rater, self.kind)).items()}
 
     def view(self, item_id: str) -> dict:
         """What the rater sees of an item (blind fields removed in blind mode)."""
@@ -297,15 +368,17 @@ class RatingSession:
         scores, comment = self._latest.get(item_id, ({}, ""))
         return dict(scores), comment
 
-    def rate(self, item_id: str, comment: str = "", **scores) -> dict:
-        """Store this rater's scores for an item, at once (on disk, fsynced, when this returns).
+    def rate(self, item_id: str, comment: str | None = None, **scores) -> dict:
+        """Store the fields given for an item, at once (on disk, fsynced, when this returns).
 
-        A record holds the item's whole current rating, so the latest record is the rating.
+        The record carries only these fields (``comment=None``: the comment unchanged), so what another tab of
+        this rater saved is kept: the rating is the latest value of each field.
         """
         if item_id not in self._positions:
             raise RatingError(f"{item_id!r} is not an item of this session.")
         record = self.store.add(self.rater, item_id, scores, comment, kind=self.kind)
-        self._latest[item_id] = (record["scores"], record["comment"])
+        old_scores, old_comment = self._latest.get(item_id, ({}, ""))
+        self._latest[item_id] = ({**old_scores, **record["scores"]}, record.get("comment", old_comment))
         return record
 
     def next_unrated(self) -> str | None:
@@ -585,9 +658,7 @@ class RatingApp:
         Raises :class:`RatingError` for an empty or unusable name, or a rater without a manifest.
         """
         rater = (rater or "").strip()
-        if not rater:
-            raise RatingError("enter your name (letters, digits, '-' or '_') to start rating.")
-        _safe_name(rater)  # a name that cannot name a file says so here, before anything is written
+        rater_key(rater)  # an empty or too long name says so here, before anything is written
         manifest = None
         if self.manifests is not None:
             path = _manifest_path(self.manifests, rater)
@@ -619,11 +690,16 @@ def app_notebook(path: str | Path) -> Path:
 
 
 def serve_app(qa: str | Path | None = None, ratings: str | Path = "ratings", manifests: str | Path | None = None,
-              port: int | None = None, echo=print, timeout: float = 60.0) -> int:
-    """Serve the rating app with Voilà on 127.0.0.1 until interrupted (``fabnb rate --serve``).
+              port: int | None = None, echo=print, timeout: float = 60.0, host: str = "127.0.0.1",
+              raters=None, url: str | None = None) -> int:
+    """Serve the rating app with Voilà until interrupted (``fabnb rate --serve``).
 
     The folders are checked here first, so a wrong one is said in the terminal, not on the
-    page. The page shows a name prompt, then that rater's panel and progress; no code.
+    page. On 127.0.0.1 the page shows a name prompt, then that rater's panel and progress;
+    no code. On any other address (``host``) the app is served only with access control
+    (:mod:`fabnb.access`): each rater gets a personal link with a secret token, written to
+    ``<ratings>/access/links.tsv`` (readable by its owner only) for the study lead to send
+    out; a request without a valid token is refused, and a link opens its rater's panel only.
 
     Parameters
     ----------
@@ -637,6 +713,13 @@ def serve_app(qa: str | Path | None = None, ratings: str | Path = "ratings", man
         Default: a free one.
     echo : callable
         Gets the line with the URL once the server answers.
+    host : str
+        The address to serve on (default: loopback only).
+    raters : list of str, optional
+        Who gets a link when ``host`` is not 127.0.0.1 (default: the raters of ``manifests``). Given on
+        127.0.0.1 (a reverse proxy in front), they turn the token check on there too.
+    url : str, optional
+        Where raters reach the app, when it is not ``http://host:port/`` (behind a reverse proxy with TLS).
 
     Returns
     -------
@@ -648,30 +731,44 @@ def serve_app(qa: str | Path | None = None, ratings: str | Path = "ratings", man
     import sys
     import tempfile
 
+    from .access import ACCESS_ENV, issue_links, read_links
     from .process import answers_tcp, free_port, start_process, stop_process, wait_ready
 
     app = RatingApp.from_folders(qa, ratings, manifests)  # a bad folder fails here, with its name
+    port = port or free_port(host)
+    env = {k: v for k, v in os.environ.items() if k not in ("FABNB_QA_DIR", "FABNB_MANIFESTS_DIR", ACCESS_ENV)}
+    guarded = host != "127.0.0.1" or bool(raters)  # beyond loopback, or behind a proxy: tokens
+    if guarded:
+        links = issue_links(raters or app.raters_with_manifest(), url or f"http://{host}:{port}/",
+                            Path(ratings) / "access")
+        env[ACCESS_ENV] = str((links.parent / "access.json").resolve())
     folder = Path(tempfile.mkdtemp(prefix="fabnb-rate-"))
     notebook = app_notebook(folder / "rate.ipynb")
-    port = port or free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("FABNB_QA_DIR", "FABNB_MANIFESTS_DIR")}
     env["FABNB_RATINGS_DIR"] = str(Path(ratings).resolve())
     if qa:
         env["FABNB_QA_DIR"] = str(Path(qa).resolve())
     if manifests:
         env["FABNB_MANIFESTS_DIR"] = str(Path(manifests).resolve())
-    cmd = [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
+    cmd = [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={port}", f"--Voila.ip={host}",
            "--Voila.port_retries=0", "--show_tracebacks=False", "--theme=light"]
+    if guarded:
+        cmd.append("--Voila.identity_provider_class=fabnb.access.RaterIdentityProvider")
     proc = start_process(cmd, cwd=folder, env=env)
     try:
-        state = wait_ready(proc, lambda: answers_tcp("127.0.0.1", port), timeout, interval=0.3)
+        state = wait_ready(proc, lambda: answers_tcp(host, port), timeout, interval=0.3)
         if state == "exited":
             raise RatingError(f"Voilà stopped before serving (exit status {proc.returncode}); its messages "
                               "are above. Is voila installed (pip install fabnb)?")
         if state == "timeout":
             raise RatingError(f"Voilà did not answer on port {port} within {timeout:.0f} s.")
-        echo(f"Rating app: http://127.0.0.1:{port}/  ({len(app.items)} items; ratings go to "
-             f"{env['FABNB_RATINGS_DIR']}; Ctrl-C stops it)")
+        if guarded:
+            who = ", ".join(r for r, _ in read_links(links))
+            echo(f"Rating app on {url or f'http://{host}:{port}/'} for {who}: each "
+                 f"rater's personal link is in {links} (send each their own line; requests without a valid token "
+                 f"are refused). Ratings go to {env['FABNB_RATINGS_DIR']}; Ctrl-C stops it.")
+        else:
+            echo(f"Rating app: http://127.0.0.1:{port}/  ({len(app.items)} items; ratings go to "
+                 f"{env['FABNB_RATINGS_DIR']}; Ctrl-C stops it)")
         return proc.wait()
     except KeyboardInterrupt:
         return 0

@@ -1,26 +1,53 @@
 """Append-only JSONL files that survive a crash: the storage under ratings, curation and RAG results.
 
-Each record is one line, written with one ``write()`` in ``O_APPEND`` mode and fsynced
-before the call returns: two processes appending to one file cannot interleave inside
-a line, and a killed process keeps every record written before it died. Reading skips
-(and reports) a line cut off by a crash; the next append starts on a fresh line, so
-nothing after it is lost.
+Each record is one line, written in ``O_APPEND`` mode under an exclusive lock of the file
+and fsynced before the call returns: two processes appending to one file cannot
+interleave inside a line, and a killed process keeps every record written before it
+died. A write the disk cannot take (full, over quota) is taken back whole and raised as
+:class:`StoreError` with the file and its free space: a record is on disk whole or not at
+all. Reading skips a line cut off by a crash and warns once (:class:`CutRecordWarning`),
+naming the file and the line; the next append starts on a fresh line, so nothing after it
+is lost, and the cut line itself is left where it is.
+
+:func:`hold` is the lock of a whole run: one writer process per output folder or store.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
+import shutil
 import threading
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from .errors import FabnbError
 from .schema import RESULT_COLUMNS, RESULT_KEYS
 
-__all__ = ['ResultsStore', 'StageRun', 'append_jsonl', 'cell_key', 'read_jsonl', 'stage_bar']
+__all__ = ['CutRecordWarning', 'HeldError', 'ResultsStore', 'StageRun', 'StoreError', 'append_jsonl', 'cell_key',
+           'cut_records', 'hold', 'read_jsonl', 'stage_bar']
+
+
+class StoreError(FabnbError, OSError):
+    """A record could not be written (a full disk, a quota); nothing of it is left in the file."""
+
+
+class HeldError(FabnbError):
+    """Another live process holds the folder or store this one was asked to write."""
+
+
+class CutRecordWarning(UserWarning):
+    """A store holds a line that is cut off or not a record; it is skipped (its cell is asked again), not deleted."""
+
+
+_warned: set = set()  # (file, line, text of the line's start): each cut line is reported once per process
 
 
 @dataclass
@@ -100,14 +127,79 @@ def append_jsonl(path: str | Path, record: dict) -> None:
     line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8")
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        # The lock makes "look at the last byte, write, take back a short write" one step among the processes
+        # appending to this file (two tabs of one rater, say): truncating is safe only while no one else appends.
+        fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             # A crash left half a line: start on a new one, or this record would be glued to it and lost.
             line = b"\n" + line
-        os.write(fd, line)
-        os.fsync(fd)
+        try:
+            written = os.write(fd, line)
+            if written != len(line):
+                raise OSError(errno.ENOSPC, f"only {written} of {len(line)} bytes written")
+            os.fsync(fd)
+        except OSError as exc:
+            os.ftruncate(fd, size)  # the record whole or not at all; the records before it are untouched
+            raise StoreError(f"{path}: could not write a record ({exc.strerror or exc}); "
+                             f"{_free(path)} free on its disk. Nothing of this record is left in the file and every "
+                             "earlier record is intact: free some space and run again, and only what is missing "
+                             "is done.") from exc
     finally:
         os.close(fd)
+
+
+def _free(path: str | Path) -> str:
+    try:
+        free = shutil.disk_usage(Path(path).parent).free
+    except OSError:
+        return "an unknown amount"
+    return f"{free / 1e6:.1f} MB" if free >= 1e5 else f"{free} bytes"
+
+
+def cut_records(folder: str | Path) -> list[tuple[str, int]]:
+    """The cut or unreadable lines (file, line) this process has read in the stores under ``folder``, each
+    reported once as a :class:`CutRecordWarning`; a run's summary counts them."""
+    root = str(Path(folder))
+    return sorted(key for key in _warned if key[0].startswith(root + os.sep))
+
+
+@contextlib.contextmanager
+def hold(path: str | Path, what: str):
+    """Hold ``path`` (a folder, or a store file) for this process: a second holder is refused at once.
+
+    The lock is the operating system's (``flock`` on ``<folder>/.fabnb.lock`` or ``<store>.lock``), held by the
+    process: a killed run leaves no stale lock, and the next run takes it. The lock file keeps the holder's
+    process id, which the refusal names.
+
+    Raises
+    ------
+    HeldError
+        Another process holds it; the message names the path, the holder and what to do.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> with hold(folder, "a run"):
+    ...     pass
+    """
+    path = Path(path)
+    lock = path / ".fabnb.lock" if path.is_dir() else path.with_name(path.name + ".lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 400, 0).decode(errors="replace").strip() or "another process"
+            raise HeldError(f"{path} is in use by {holder}: it is still running, and {what} here would ask and pay "
+                            "for the same cells a second time. Wait for it to finish (or stop it), or write to "
+                            "another folder.") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"process {os.getpid()} ({what})\n".encode(), 0)
+        yield lock
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def read_jsonl(path: str | Path, required: tuple[str, ...] = (), drop: tuple[str, ...] = ()) -> tuple[list[dict],
@@ -194,6 +286,12 @@ class ResultsStore:
         if not self.path.exists():
             return [], pd.DataFrame(columns=["file", "line", "message"])
         recs, problems = read_jsonl(self.path, required=self.keys, drop=drop)
+        for p in problems:
+            if (p["file"], p["line"]) not in _warned:
+                _warned.add((p["file"], p["line"]))
+                warnings.warn(f"{p['file']}, line {p['line']}: a cut or unreadable record, skipped; its cell is "
+                              f"asked again, and the line is left where it is ({p['message']})",
+                              CutRecordWarning, stacklevel=2)
         return recs, pd.DataFrame(problems, columns=["file", "line", "message"])
 
     def done(self) -> set:

@@ -124,14 +124,42 @@ def _save_table(frame: pd.DataFrame, folder: Path, name: str) -> None:
     (folder / f"{name}.md").write_text(_markdown_table(frame) + "\n", encoding="utf-8")
 
 
-def _save_figure(ax, folder: Path, name: str) -> None:
-    import matplotlib.pyplot as plt
+#: The formats :func:`reproduce` writes each figure in, unless told otherwise.
+FIGURE_FORMATS = ("png", "svg")
 
-    fig = ax.figure
-    fig.tight_layout()
-    for ext in ("png", "svg"):
-        fig.savefig(folder / f"{name}.{ext}", dpi=130, metadata={"Date": None} if ext == "svg" else None)
-    plt.close(fig)
+
+@dataclass
+class _Figures:
+    """Where the report's figures go and in which formats; no formats draws none (and costs nothing)."""
+
+    folder: Path
+    formats: tuple
+    report: Report
+
+    def __bool__(self) -> bool:
+        return bool(self.formats)
+
+    def draw(self, name: str, caption: str, make) -> None:
+        """Call ``make()`` (it returns an Axes of a new figure), save that figure in each format, close it, and
+        put it in the report. pyplot's backend is left as it is, so a notebook keeps drawing inline."""
+        if not self.formats:
+            return
+        import matplotlib.pyplot as plt
+
+        fig = make().figure
+        try:
+            fig.tight_layout()
+            for ext in self.formats:
+                fig.savefig(self.folder / f"{name}.{ext}", dpi=130, metadata={"Date": None} if ext == "svg" else None)
+        finally:
+            plt.close(fig)  # a figure drawn for a file is not shown again by the notebook
+        self.report.figure(name, caption)
+
+
+def _savable_formats() -> set:
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return set(FigureCanvasBase.get_supported_filetypes())
 
 
 @dataclass
@@ -146,7 +174,8 @@ class Reproduction:
     claims: pd.DataFrame | None
 
 
-def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: str | None = None) -> Reproduction:
+def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: str | None = None,
+              figures: tuple | list = FIGURE_FORMATS) -> Reproduction:
     """Write every figure, table and the claims report of the paper to ``out_dir``.
 
     Parameters
@@ -159,6 +188,9 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
         about the paper, so it is only made for the published numbers.
     source : str, optional
         Where ``scores`` came from, for the report.
+    figures : sequence of str, default ``("png", "svg")``
+        The formats each figure is saved in (any format matplotlib writes). Empty: no figure is drawn, and the
+        tables, the claims and the report come in a fraction of the time.
 
     Returns
     -------
@@ -167,14 +199,15 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
     Examples
     --------
     >>> import tempfile
-    >>> run = reproduce(tempfile.mkdtemp())  # the paper's own tables, in a few seconds
-    >>> run.report_md.name, len(run.figures) >= 10, run.claims["verdict"].value_counts().idxmax()
-    ('report.md', True, 'reproduced')
+    >>> run = reproduce(tempfile.mkdtemp(), figures=())  # the paper's own tables; figures=() draws none
+    >>> run.report_md.name, len(run.tables) >= 10, run.figures, run.claims["verdict"].value_counts().idxmax()
+    ('report.md', True, [], 'reproduced')
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-
+    formats = tuple(figures)
+    unknown = [f for f in formats if not isinstance(f, str) or f.lower() not in _savable_formats()]
+    if unknown:
+        raise ValueError(f"reproduce(figures=...): {unknown} not formats matplotlib writes; use some of "
+                         f"{sorted(_savable_formats())}, or () for no figures.")
     out = Path(out_dir)
     figs, tabs = out / "figures", out / "tables"
     figs.mkdir(parents=True, exist_ok=True)
@@ -190,15 +223,19 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
     report.text(f"Made by fabnb {__version__} (`fabnb reproduce`) from "
                 + ("the paper's published tables (arXiv 2605.26476, Tables 1-21) as transcribed in fabnb/published."
                    if is_paper else f"{source or 'a score frame'}."))
+    if not formats:
+        report.text("Figures were not drawn for this report (figures = []); the tables below hold their numbers.")
+    drawn = _Figures(figs, formats, report)
     claims = _claims_section(report, data, tabs) if is_paper else None
-    _scaling_section(report, sweeps, primary, figs, tabs)
+    _scaling_section(report, sweeps, primary, drawn, tabs)
     _crossover_section(report, main, primary, tabs)
-    _diagnostics_section(report, main, sweeps, primary, is_paper, figs, tabs)
-    _framework_section(report, data[data["context_k"].isna()], figs, tabs)
+    _diagnostics_section(report, main, sweeps, primary, is_paper, drawn, tabs)
+    _framework_section(report, data[data["context_k"].isna()], drawn, tabs)
     _consistency_section(report, data, tabs)
     (out / "report.md").write_text(report.markdown(), encoding="utf-8")
     (out / "report.html").write_text(report.html(), encoding="utf-8")
-    return Reproduction(out, out / "report.md", out / "report.html", sorted(figs.glob("*.png")),
+    drawn_files = sorted(figs.glob(f"*.{formats[0]}")) if formats else []
+    return Reproduction(out, out / "report.md", out / "report.html", drawn_files,
                         sorted(tabs.glob("*.csv")), claims)
 
 
@@ -224,7 +261,7 @@ def _claims_section(report: Report, data: pd.DataFrame, tabs: Path) -> pd.DataFr
     return claims
 
 
-def _scaling_section(report: Report, sweeps: pd.DataFrame, primary: list, figs: Path, tabs: Path) -> None:
+def _scaling_section(report: Report, sweeps: pd.DataFrame, primary: list, figs: _Figures, tabs: Path) -> None:
     """Context scaling (Section 4, Figure 3): log and S-curve fits, labels, operating points."""
     import matplotlib.pyplot as plt
 
@@ -236,18 +273,21 @@ def _scaling_section(report: Report, sweeps: pd.DataFrame, primary: list, figs: 
     for name, frame in (("log_fits", log_fits), ("logistic_fits", logistic_fits),
                         ("scaling_labels", labels), ("operating_points", points)):
         _save_table(frame, tabs, name)
-    fig, axes = plt.subplots(1, len(primary), figsize=(4.2 * len(primary), 3.8), sharey=True, squeeze=False)
-    for ax, model in zip(axes[0], primary):
-        plots.plot_scaling(sweeps, models=[model], ax=ax)
-        label = labels.set_index("model").loc[model, "label"]
-        ax.set_title(f"{model}\n({label})", fontsize=10)
-        ax.legend(fontsize=7, loc="lower right")
-    _save_figure(axes[0][0], figs, "fig3_scaling_panels")
-    _save_figure(plots.plot_scaling(sweeps, logx=True), figs, "fig3_scaling_all_models")
-    _save_figure(plots.plot_scaling(sweeps, fit="logistic", logx=True), figs, "fig3_scaling_logistic")
-    report.figure("fig3_scaling_panels", "Average score against context window with log-curve fits (Figure 3).")
-    report.figure("fig3_scaling_all_models", "All models on a log2 context axis, log-curve fits.")
-    report.figure("fig3_scaling_logistic", "The same with the saturating S-curve alternative.")
+
+    def panels():
+        fig, axes = plt.subplots(1, len(primary), figsize=(4.2 * len(primary), 3.8), sharey=True, squeeze=False)
+        for ax, model in zip(axes[0], primary):
+            plots.plot_scaling(sweeps, models=[model], ax=ax)
+            label = labels.set_index("model").loc[model, "label"]
+            ax.set_title(f"{model}\n({label})", fontsize=10)
+            ax.legend(fontsize=7, loc="lower right")
+        return axes[0][0]
+
+    figs.draw("fig3_scaling_panels", "Average score against context window with log-curve fits (Figure 3).", panels)
+    figs.draw("fig3_scaling_all_models", "All models on a log2 context axis, log-curve fits.",
+              lambda: plots.plot_scaling(sweeps, logx=True))
+    figs.draw("fig3_scaling_logistic", "The same with the saturating S-curve alternative.",
+              lambda: plots.plot_scaling(sweeps, fit="logistic", logx=True))
     report.table(log_fits[["model", "n_points", "intercept", "slope", "slope_ci_low", "slope_ci_high", "r_squared",
                            "status", "reason"]], "Log-curve fits: score = intercept + slope x ln(context_k), 95% CI")
     report.table(labels[["model", "label", "rule", "start_fraction", "final_drop_pct", "log_r2", "logistic_r2",
@@ -273,14 +313,14 @@ def _crossover_section(report: Report, main: pd.DataFrame, primary: list, tabs: 
 
 
 def _diagnostics_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFrame, primary: list, is_paper: bool,
-                         figs: Path, tabs: Path) -> None:
+                         figs: _Figures, tabs: Path) -> None:
     """Metric diagnostics (Section 5; Figures 4, 5, 6, 8; Table 4)."""
     report.heading("Metric diagnostics (Section 5)")
     contexts = sorted(main["context_k"].unique())
     lo, hi = (4.0, 28.0) if is_paper else (contexts[0], contexts[-1])
     for k, fig_name, caption in ((lo, "fig4_breakdown_low", "Figure 4"), (hi, "fig5_breakdown_high", "Figure 5")):
-        _save_figure(plots.plot_breakdown(main, k, models=primary), figs, fig_name)
-        report.figure(fig_name, f"Metric breakdown at {k:g}K ({caption}).")
+        figs.draw(fig_name, f"Metric breakdown at {k:g}K ({caption}).",
+                  lambda k=k: plots.plot_breakdown(main, k, models=primary))
         profile = A.metric_profile(main, k)
         _save_table(profile, tabs, f"profile_{k:g}k")
         report.table(profile, f"Six-metric profiles at {k:g}K, with balance (range, std)")
@@ -290,24 +330,22 @@ def _diagnostics_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFram
     if d0 is not None:
         deltas = A.dilution(main, d0, d1)
         _save_table(deltas, tabs, f"dilution_{d0:g}k_{d1:g}k")
-        _save_figure(plots.plot_deltas(deltas, models=primary[::-1]), figs, "fig6_deltas_score")
-        _save_figure(plots.plot_deltas(deltas, value="relative_pct", models=primary[::-1]), figs,
-                     "fig6_deltas_relative")
-        report.figure("fig6_deltas_score", f"Metric change {d0:g}K → {d1:g}K in score units (Figure 6).")
-        report.figure("fig6_deltas_relative", "The same as relative change (%), as Section 5.4's text reports it.")
+        figs.draw("fig6_deltas_score", f"Metric change {d0:g}K → {d1:g}K in score units (Figure 6).",
+                  lambda: plots.plot_deltas(deltas, models=primary[::-1]))
+        figs.draw("fig6_deltas_relative", "The same as relative change (%), as Section 5.4's text reports it.",
+                  lambda: plots.plot_deltas(deltas, value="relative_pct", models=primary[::-1]))
         report.table(deltas.drop(columns=["from_k", "to_k"]),
                      "Attention dilution: delta (score), percentage points and relative %")
     _correlation_section(report, main, sweeps, is_paper, figs, tabs)
     if is_paper:
         radar = A.metric_profile(main, 18)
-        _save_figure(plots.plot_radar(radar, title="Six-metric profiles at 18K (model averages)"), figs,
-                     "fig8_radar_18k")
-        report.figure("fig8_radar_18k", "Radar of the primary models' average profiles at 18K. Figure 8 plots the "
-                      "single case MULTI_069 at 18K, whose six scores no table publishes (Table 6 gives only "
-                      "Factuality), so this radar shows the models' averages at the same context instead.")
+        figs.draw("fig8_radar_18k", "Radar of the primary models' average profiles at 18K. Figure 8 plots the "
+                  "single case MULTI_069 at 18K, whose six scores no table publishes (Table 6 gives only "
+                  "Factuality), so this radar shows the models' averages at the same context instead.",
+                  lambda: plots.plot_radar(radar, title="Six-metric profiles at 18K (model averages)"))
 
 
-def _correlation_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFrame, is_paper: bool, figs: Path,
+def _correlation_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFrame, is_paper: bool, figs: _Figures,
                          tabs: Path) -> None:
     """Inter-metric correlations (Table 4): pooled and per model; against the published table for the paper."""
     import matplotlib.pyplot as plt
@@ -319,8 +357,8 @@ def _correlation_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFram
     _save_table(pd.concat([pearson, spearman], ignore_index=True), tabs, "correlations_pooled")
     _save_table(by_model, tabs, "correlations_by_model")
     if not is_paper:
-        _save_figure(plots.plot_correlations(pearson), figs, "correlations")
-        report.figure("correlations", "Inter-metric Pearson correlations over all configurations.")
+        figs.draw("correlations", "Inter-metric Pearson correlations over all configurations.",
+                  lambda: plots.plot_correlations(pearson))
         report.table(pearson, "Pooled Pearson correlations with p-values")
         return
     comparison = A.compare_correlations(pearson, published.correlations())
@@ -328,16 +366,20 @@ def _correlation_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFram
         A.metric_correlations(sweeps), published.correlations())["r_computed"]
     comparison["spearman_33"] = A.compare_correlations(spearman, published.correlations())["r_computed"]
     _save_table(comparison, tabs, "table4_comparison")
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-    plots.plot_correlations(published.correlations(), ax=axes[0], title="Table 4 as published")
-    plots.plot_correlations(pearson, ax=axes[1], title="Recomputed from Tables 17-19 (33 configs)")
-    _save_figure(axes[0], figs, "table4_correlations")
-    report.figure("table4_correlations", "Inter-metric Pearson correlations: published against recomputed.")
+
+    def side_by_side():
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+        plots.plot_correlations(published.correlations(), ax=axes[0], title="Table 4 as published")
+        plots.plot_correlations(pearson, ax=axes[1], title="Recomputed from Tables 17-19 (33 configs)")
+        return axes[0]
+
+    figs.draw("table4_correlations", "Inter-metric Pearson correlations: published against recomputed.",
+              side_by_side)
     report.table(comparison, "Table 4 against the correlations its own Tables 17-19 give "
                              "(Pearson over the 33 primary configurations; also over all 39, and Spearman)")
 
 
-def _framework_section(report: Report, systems: pd.DataFrame, figs: Path, tabs: Path) -> None:
+def _framework_section(report: Report, systems: pd.DataFrame, figs: _Figures, tabs: Path) -> None:
     """Cross-framework evaluation (Section 6, Table 5, Figure 7), where the scores have framework rows."""
     if systems.empty:
         return
@@ -345,8 +387,7 @@ def _framework_section(report: Report, systems: pd.DataFrame, figs: Path, tabs: 
     table5 = A.framework_table(systems).reset_index(names="metric")
     table5["metric"] = table5["metric"].map(lambda m: METRIC_LABELS.get(m, m))
     _save_table(table5, tabs, "frameworks")
-    _save_figure(plots.plot_frameworks(systems), figs, "fig7_frameworks")
-    report.figure("fig7_frameworks", "Six metrics per RAG framework (Figure 7).")
+    figs.draw("fig7_frameworks", "Six metrics per RAG framework (Figure 7).", lambda: plots.plot_frameworks(systems))
     report.table(table5, "Cross-framework table with reported and recomputed averages (Table 5)")
 
 

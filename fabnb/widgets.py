@@ -137,16 +137,19 @@ class RatingPanel(_View):
     def _show(self, position: int) -> None:
         position = max(0, min(position, len(self.session.order) - 1))
         item_id = self.session.order[position]
+        self.session.refresh()  # what another tab of this rater saved shows here too
         scores, comment = self.session.latest(item_id)
         self.item = {k: _jsonable(v) for k, v in self.session.view(item_id).items()}
         self.scores, self.comment = scores, comment
         self.done = self.session.progress()[0]
         self.position = position
 
-    def _save(self, scores: dict, comment: str) -> None:
+    def _save(self, scores: dict, comment: str | None) -> None:
+        """Store just the fields changed here: a field another tab saved meanwhile is kept, and shown."""
         item_id = self.session.order[self.position]
         self.session.rate(item_id, comment, **scores)
-        self.scores, self.comment = dict(scores), comment
+        self.session.refresh()
+        self.scores, self.comment = self.session.latest(item_id)
         self.done = self.session.progress()[0]
         self._stamp(item_id)
 
@@ -154,10 +157,10 @@ class RatingPanel(_View):
         dim, value = c.get("dimension"), c.get("value")
         if isinstance(value, str) and value.isdigit():
             value = int(value)
-        self._save({**self.scores, dim: value}, self.comment)
+        self._save({dim: value}, None)
 
     def _do_comment(self, c):
-        self._save(dict(self.scores), str(c.get("text", "")))
+        self._save({}, str(c.get("text", "")))
 
     def _do_next(self, c):
         self._show(self.position + 1)
@@ -208,6 +211,7 @@ class RatingAppView:
 
         self.app = app
         self.panel: RatingPanel | None = None
+        self.error = ""  # the last refusal, as text
         self.name = ipywidgets.Text(placeholder="your name", description="Your name:", continuous_update=False)
         self.name.add_class("fabnb-rater-name")
         start = ipywidgets.Button(description="Start rating", button_style="primary")
@@ -232,8 +236,9 @@ class RatingAppView:
             return self.panel  # already started (the button after Enter, or leaving the box)
         try:
             session = self.app.start(rater)
-        except RatingError as exc:
-            self.message.value = f"<p style='color:#b00020'>{html.escape(str(exc))}</p>"
+        except (FabnbError, OSError, ValueError) as exc:  # every refusal shows under the box, never a blank page
+            self.error = str(exc)
+            self.message.value = f"<p style='color:#b00020'>{html.escape(self.error)}</p>"
             return None
         self.panel = RatingPanel(session)
         self.widget.children = (self.panel,)
@@ -258,12 +263,21 @@ def rating_app(qa: str | Path | None = None, ratings: str | Path | None = None,
     """
     import ipywidgets
 
+    from .access import ACCESS_ENV, rater_of_link
+
     qa = qa or os.environ.get("FABNB_QA_DIR") or None
     ratings = ratings or os.environ.get("FABNB_RATINGS_DIR") or "ratings"
     manifests = manifests or os.environ.get("FABNB_MANIFESTS_DIR") or None
     try:
-        return RatingAppView(RatingApp.from_folders(qa, ratings, manifests))
-    except (FabnbError, OSError) as exc:
+        view = RatingAppView(RatingApp.from_folders(qa, ratings, manifests))
+        if os.environ.get(ACCESS_ENV):
+            # Served beyond loopback: the server let this page through for a valid token; the kernel checks it
+            # again (it sees only the query string) and opens that rater's panel, with no name prompt.
+            rater = rater_of_link(os.environ.get("QUERY_STRING", ""), os.environ[ACCESS_ENV])
+            if view.enter(rater) is None:
+                raise FabnbError(view.error)
+        return view
+    except (FabnbError, OSError, ValueError) as exc:
         label = ipywidgets.Label(f"The rating app cannot start: {exc}")
         label.add_class("fabnb-app-message")
         return label

@@ -83,6 +83,24 @@ def evidence_chunks(fab_bench):
     return chunks, vectorize(chunks)
 
 
+@pytest.fixture(scope="session")
+def readme_reproduction(tmp_path_factory):
+    """The README's main job (``fabnb reproduce --out DIR``) run once through the console script, as typed:
+    the finished process and its folder, for the README's test and the report's tests alike."""
+    import re
+    import shutil
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    main_job = re.findall(r"```bash\n(.*?)\n```", (root / "README.md").read_text(), re.S)[0]
+    command = main_job.split("&&", 1)[1].split()
+    exe = shutil.which("fabnb")
+    assert exe and command[0] == "fabnb" and command[-2] == "--out", (exe, command)
+    out = tmp_path_factory.mktemp("readme-main-job") / "repro"
+    done = subprocess.run([exe, *command[1:-1], str(out)], capture_output=True, text=True, timeout=300)
+    return done, out
+
+
 def pytest_terminal_summary(terminalreporter):
     """The fault-injection table (tests/test_faults.py), when its cases ran."""
     import sys

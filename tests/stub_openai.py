@@ -56,7 +56,11 @@ class StubServer:
 
             def do_POST(self):
                 length = int(self.headers.get("Content-Length", 0))
-                body = json.loads(self.rfile.read(length) or b"{}")
+                raw = self.rfile.read(length)
+                if len(raw) < length:  # the client died mid-request (a killed run): nothing was asked
+                    self.close_connection = True
+                    return
+                body = json.loads(raw or b"{}")
                 with stub._lock:
                     stub.requests.append(body)
                     stub.headers.append({k.lower(): v for k, v in self.headers.items()})

@@ -327,6 +327,124 @@ def _scores_on_disk(folder: Path, rater: str) -> dict:
             for item, g in frame.groupby("item_id")}
 
 
+@contextlib.contextmanager
+def _fabnb_rate_serve(tmp_path: Path, *args: str):
+    """``fabnb rate --serve ARGS`` as a real process; yields the line it printed once the app answered."""
+    out = tmp_path / "serve.log"
+    with open(out, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "fabnb.cli", "rate", "--serve", *args], stdout=log,
+                                stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while "Rating app" not in out.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline, out.read_text(errors="replace")[-3000:]
+            time.sleep(0.3)
+        yield next(line for line in out.read_text(errors="replace").splitlines() if "Rating app" in line)
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the command stops Voilà and its kernels
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _click_score(page, dimension: str, value: int) -> None:
+    """Click one score button and wait until the panel shows it saved (chosen)."""
+    row = page.locator(f".fabnb-rating .fabnb-dim[data-dimension='{dimension}']")
+    row.locator(".fabnb-score", has_text=str(value)).click()
+    row.locator(".fabnb-score.fabnb-chosen", has_text=str(value)).wait_for(timeout=30_000)
+
+
+def test_two_tabs_of_one_rater_keep_every_saved_field_in_a_real_browser(tmp_path, fab_bench_dir):
+    """Tab A rates accuracy, tab B relevance, tab A difficulty: all three are the rating (B's was once lost)."""
+    from playwright.sync_api import sync_playwright
+
+    qa = _hostile_qa(fab_bench_dir, tmp_path / "qa")
+    with _fabnb_rate_serve(tmp_path, "--qa", str(qa), "--ratings", str(tmp_path / "ratings")) as line:
+        url = line.split("Rating app: ", 1)[1].split()[0]
+        with sync_playwright() as pw:
+            browser = _chromium(pw)
+            try:
+                tabs = [browser.new_page(), browser.new_page()]
+                for tab in tabs:
+                    tab.goto(url)
+                    name = tab.locator(".fabnb-rater-name input")
+                    name.wait_for(state="visible", timeout=120_000)
+                    name.fill("ana")
+                    name.press("Enter")
+                    tab.locator(".fabnb-rating").wait_for(state="visible", timeout=60_000)
+                ids = [t.locator(".fabnb-id").text_content().split(" · ")[0] for t in tabs]
+                assert ids[0] == ids[1]  # one rater, one order: the same item in both tabs
+                _click_score(tabs[0], "accuracy", 4)
+                _click_score(tabs[1], "relevance", 2)
+                _click_score(tabs[0], "difficulty", 5)
+            finally:
+                browser.close()
+    ratings = RatingStore(tmp_path / "ratings").ratings()
+    assert ratings.set_index("dimension")["score"].to_dict() == {"accuracy": 4, "relevance": 2, "difficulty": 5}
+    assert set(ratings["item_id"]) == {ids[0]}
+
+
+def _status(url: str) -> int:
+    """The HTTP status of a GET, redirects not followed."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    try:
+        conn.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""))
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_rating_app_beyond_loopback_opens_only_with_each_raters_token(tmp_path, fab_bench_dir):
+    """Served on 127.0.0.2 (loopback range, so nothing leaves the machine): a link per rater, all else refused."""
+    from urllib.parse import parse_qs
+
+    from playwright.sync_api import sync_playwright
+
+    from fabnb.access import read_links
+
+    qa = _hostile_qa(fab_bench_dir, tmp_path / "qa")
+    ratings = tmp_path / "ratings"
+    with _fabnb_rate_serve(tmp_path, "--qa", str(qa), "--ratings", str(ratings), "--host", "127.0.0.2",
+                           "--raters", "ana,ben") as line:
+        links = dict(read_links(ratings / "access" / "links.tsv"))
+        assert set(links) == {"ana", "ben"} and (ratings / "access" / "links.tsv").stat().st_mode & 0o077 == 0
+        tokens = {r: parse_qs(u.split("?", 1)[1])["token"][0] for r, u in links.items()}
+        assert all(t not in line for t in tokens.values())  # the terminal never shows a token
+        base = links["ana"].split("?", 1)[0]
+        assert base.startswith("http://127.0.0.2:")
+        assert _status(links["ana"]) == 200
+        for refused in (base, f"{base}?rater=ana", f"{base}?rater=ana&token={tokens['ben']}",
+                        f"{base}?token=not-a-token", f"{base}api/kernels"):
+            assert _status(refused) in (302, 403), refused
+        with sync_playwright() as pw:
+            browser = _chromium(pw)
+            try:
+                context = browser.new_context()  # one browser profile: ana's cookie is in it
+                page = context.new_page()
+                page.goto(links["ana"])
+                page.locator(".fabnb-rating").wait_for(state="visible", timeout=120_000)
+                assert page.locator(".fabnb-rater-name").count() == 0  # no name prompt: the link says who
+                _click_score(page, "accuracy", 3)
+                # The same browser (ana's cookie) asking for ben's page without ben's token: the kernel refuses.
+                other = context.new_page()
+                other.goto(f"{base}?rater=ben")
+                other.locator(".fabnb-app-message").wait_for(timeout=120_000)
+                assert "personal rating link" in other.locator("body").inner_text()
+                assert other.locator(".fabnb-rating").count() == 0
+                stranger = browser.new_page()  # no cookie, no token: the server's refusal, said in the page
+                stranger.goto(base)
+                assert "needs your personal rating link" in stranger.locator("body").inner_text()
+            finally:
+                browser.close()
+    frame = RatingStore(ratings).ratings()
+    assert frame["rater"].tolist() == ["ana"] and frame["score"].tolist() == [3]
+
+
 def test_rating_app_served_by_fabnb_rate_in_a_real_browser(tmp_path, fab_bench_dir):
     """``fabnb rate --serve``: a name prompt, two items rated with the keyboard, the scores read back from disk."""
     from playwright.sync_api import sync_playwright

@@ -67,7 +67,7 @@ def test_decisions_are_on_disk_at_once_and_survive_a_new_session(candidates, tmp
     s.keep(ids[0])
     s.drop(ids[1], reason="too easy")
     s.edit(ids[0], question="A sharper question?")
-    lines = (tmp_path / "store" / "cur.jsonl").read_text().splitlines()
+    lines = RatingStore(tmp_path / "store").path("cur").read_text().splitlines()
     assert len(lines) == 3 and json.loads(lines[-1])["scores"] == {"status": "kept",
                                                                   "edits": {"question": "A sharper question?"}}
     again = CurationSession(folder, tmp_path / "store", "cur")  # a killed kernel, reopened

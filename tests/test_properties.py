@@ -41,6 +41,8 @@ from fabnb.errors import FabnbError  # noqa: E402
 from fabnb.schema import AVERAGE, METRICS  # noqa: E402
 
 CHEAP = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Valid frames run every fit and every plot: fewer examples, each of them full-sized (the edge cases keep 15).
+FULL = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CONTEXTS = [4.0, 8.0, 16.0, 28.0, 32.0]
 SCORE = st.one_of(st.sampled_from([0.0, 1.0, 0.5, 0.5, float("nan")]), st.floats(0, 1))
 
@@ -142,7 +144,7 @@ def test_analysis_functions_settle_on_edge_frames(scores):
             settles(analysis.crossovers, scores, models[0], models[1], method=method)
 
 
-@CHEAP
+@FULL
 @given(full_frames())
 def test_analysis_functions_give_their_documented_shape_on_valid_frames(scores):
     sweeps = scores[scores["context_k"].notna()]
@@ -178,7 +180,7 @@ def test_analysis_functions_give_their_documented_shape_on_valid_frames(scores):
                                                                  models[1]).columns)
 
 
-@CHEAP
+@FULL
 @given(full_frames())
 def test_plots_draw_valid_frames_and_return_their_axes(scores):
     sweeps = scores[scores["context_k"].notna()]

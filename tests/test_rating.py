@@ -1,5 +1,6 @@
 """The rating store loses nothing; sessions; agreement statistics against known values."""
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -191,17 +192,18 @@ def test_a_session_takes_a_manifest_and_overlap_reads_ratings(tmp_path):
 
     items = pd.DataFrame({"item_id": [f"Q{i}" for i in range(6)], "question": "q"})
     paths = write_manifests(assign(items, ["ana", "ben", "cy"], per_item=2, seed=0), tmp_path / "manifests")
-    assert sorted(p.name for p in paths) == ["ana.json", "ben.json", "cy.json"]
+    assert sorted(p.name.split("-")[0] for p in paths) == ["ana", "ben", "cy"]
+    mine = {json.loads(p.read_text())["rater"]: p for p in paths}
     store = RatingStore(tmp_path / "ratings")
     for name in ("ana", "ben", "cy"):
-        session = RatingSession(items, name, store, manifest=tmp_path / "manifests" / f"{name}.json")
+        session = RatingSession(items, name, store, manifest=mine[name])
         assert len(session.order) == 4
         for item in session.order:
             session.rate(item, accuracy=4, relevance=4, difficulty=3, diversity=3)
     shared = overlap(store.ratings())
     assert (shared.shared_items >= 1).all() and shared.shared_items.sum() == 6
     with pytest.raises(RatingError, match="the manifest is for 'ana', not 'ben'"):
-        RatingSession(items, "ben", store, manifest=tmp_path / "manifests" / "ana.json")
+        RatingSession(items, "ben", store, manifest=mine["ana"])
 
 
 def test_the_rating_app_asks_a_name_and_honours_manifests(tmp_path, fab_bench_dir):
@@ -214,8 +216,8 @@ def test_the_rating_app_asks_a_name_and_honours_manifests(tmp_path, fab_bench_di
     for bad in ("", "   ", None):
         with pytest.raises(RatingError, match="enter your name"):
             app.start(bad)
-    with pytest.raises(RatingError, match="cannot name a file"):
-        app.start("...")
+    with pytest.raises(RatingError, match="300 characters is too long"):
+        app.start("a" * 300)
     session = app.start(" ana ")
     assert session.rater == "ana" and session.progress() == (0, 6)
     session.rate(session.order[0], **FULL)
@@ -256,3 +258,61 @@ def test_fabnb_rate_prints_progress_and_refuses_a_missing_folder(tmp_path, fab_b
                           str(tmp_path / "r"), "--manifests", str(tmp_path / "nowhere")], capture_output=True,
                          text=True, timeout=60)
     assert run.returncode == 2 and "nowhere: no such folder of manifests" in run.stderr
+
+
+def test_two_tabs_of_one_rater_keep_every_saved_field(tmp_path):
+    """Tab A sets accuracy, tab B relevance, tab A difficulty: all three are the rating (B's once was lost)."""
+    from fabnb.widgets import RatingPanel
+
+    items = pd.DataFrame({"item_id": ["q1", "q2"], "question": ["Why?", "How?"]})
+    store = RatingStore(tmp_path)
+    tab_a = RatingPanel(RatingSession(items, "ana", store))
+    tab_b = RatingPanel(RatingSession(items, "ana", RatingStore(tmp_path)))
+    assert tab_a.item["item_id"] == tab_b.item["item_id"]
+    tab_a.handle({"action": "rate", "dimension": "accuracy", "value": 4})
+    tab_b.handle({"action": "rate", "dimension": "relevance", "value": 2})
+    tab_a.handle({"action": "rate", "dimension": "difficulty", "value": 5})
+    latest = store.ratings().set_index("dimension")["score"].to_dict()
+    assert latest == {"accuracy": 4, "relevance": 2, "difficulty": 5}
+    assert tab_a.scores == latest  # the tab shows what the other one saved, once it saves
+    tab_b.handle({"action": "comment", "text": "clear question"})
+    tab_a.handle({"action": "rate", "dimension": "accuracy", "value": 3})
+    final = store.ratings()
+    assert final.set_index("dimension")["score"].to_dict()["accuracy"] == 3
+    assert final["comment"].eq("clear question").all()  # a score saved later leaves the comment alone
+
+
+def test_rater_names_never_share_a_file_and_long_names_are_refused(tmp_path):
+    from fabnb.rating import MAX_RATER_NAME, rater_key
+
+    store = RatingStore(tmp_path)
+    store.add("ana b", "q1", {"accuracy": 5})
+    store.add("ana_b", "q1", {"accuracy": 1})
+    assert len(list(tmp_path.glob("*.jsonl"))) == 2 and rater_key("ana b") != rater_key("ana_b")
+    by = store.ratings().set_index("rater")["score"].to_dict()
+    assert by == {"ana b": 5, "ana_b": 1} and store.raters() == ["ana b", "ana_b"]
+    assert [r["scores"] for r in store.read("ana b")] == [{"accuracy": 5}]
+    for bad in ("x" * (MAX_RATER_NAME + 1), "y" * 300):
+        with pytest.raises(RatingError, match=f"at most {MAX_RATER_NAME}"):
+            store.add(bad, "q1", {"accuracy": 3})
+    assert len(list(tmp_path.glob("*.jsonl"))) == 2
+
+
+def test_a_folder_written_by_the_previous_release_still_reads(tmp_path):
+    """Files named as before (``ana.jsonl``, ``ana.json``), whole-item records: found, read, and continued."""
+    from fabnb.rating import RatingApp
+
+    (tmp_path / "ratings").mkdir()
+    old = {"kind": "rating", "rater": "ana", "item_id": "q1", "comment": "ok",
+           "scores": {"accuracy": 4, "relevance": 3, "difficulty": 2, "diversity": 5}, "ts": 1000.0}
+    (tmp_path / "ratings" / "ana.jsonl").write_text(json.dumps(old) + "\n")
+    (tmp_path / "manifests").mkdir()
+    (tmp_path / "manifests" / "ana.json").write_text(json.dumps({"rater": "ana", "items": ["q1", "q2"]}))
+    items = pd.DataFrame({"item_id": ["q1", "q2", "q3"], "question": "q"})
+    app = RatingApp(items, RatingStore(tmp_path / "ratings"), manifests=tmp_path / "manifests")
+    session = app.start("ana")
+    assert session.progress() == (1, 2) and session.latest("q1") == (old["scores"], "ok")
+    session.rate("q1", accuracy=1)
+    rating = RatingStore(tmp_path / "ratings").ratings().set_index("dimension")
+    assert rating["score"].to_dict() == {**old["scores"], "accuracy": 1} and rating["comment"].eq("ok").all()
+    assert app.progress().to_dict("records") == [{"rater": "ana", "rated": 1, "items": 2}]

@@ -17,9 +17,10 @@ FIGURES = ["fig3_scaling_panels", "fig3_scaling_all_models", "fig3_scaling_logis
 
 
 @pytest.fixture(scope="module")
-def reproduction(tmp_path_factory):
-    out = tmp_path_factory.mktemp("repro")
-    assert main(["reproduce", "--out", str(out)]) == 0
+def reproduction(readme_reproduction):
+    """The README's main job, as typed (run once for the session)."""
+    done, out = readme_reproduction
+    assert done.returncode == 0, done.stderr
     return out
 
 
@@ -60,6 +61,34 @@ def test_user_scores_file(tmp_path, capsys):
     assert (out / "figures" / "fig3_scaling_panels.png").exists()
     assert not (out / "tables" / "claims.csv").exists()  # claims are the paper's, not the user's
     assert "mine.csv" in (out / "report.md").read_text()
+
+
+def test_figures_in_the_formats_asked_and_pyplot_left_as_it_was(tmp_path, capsys):
+    """A notebook's inline backend and its open figures survive a report (it once called matplotlib.use)."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    from fabnb.report import reproduce
+
+    scores = six_metric_frame(contexts=(4, 8, 16))
+    before = matplotlib.get_backend()
+    plt.switch_backend("svg")  # not the Agg a report would pick: a switch would show
+    mine = plt.figure()
+    try:
+        run = reproduce(tmp_path / "svg", scores=scores, figures=["svg"])
+        assert matplotlib.get_backend() == "svg" and plt.get_fignums() == [mine.number]
+    finally:
+        plt.close(mine)
+        plt.switch_backend(before)
+    assert run.figures and {p.suffix for p in (tmp_path / "svg" / "figures").iterdir()} == {".svg"}
+    bare = reproduce(tmp_path / "none", scores=scores, figures=())
+    assert bare.figures == [] and not list((tmp_path / "none" / "figures").iterdir())
+    assert "not drawn" in bare.report_md.read_text() and "![" not in bare.report_md.read_text()
+    assert len(bare.tables) == len(run.tables)  # the numbers are all there
+    with pytest.raises(ValueError, match="'jpgx'.*not formats matplotlib writes"):
+        reproduce(tmp_path / "bad", scores=scores, figures=["jpgx"])
+    assert main(["reproduce", "--out", str(tmp_path / "cli"), "--figures", ""]) == 0
+    assert "wrote no figures" in capsys.readouterr().out
 
 
 def test_bad_user_file_exits_2_naming_the_line(tmp_path, capsys):

@@ -206,8 +206,9 @@ def test_rating_app_view_asks_a_name_then_shows_only_the_panel(tmp_path, fab_ben
     qa = qa_folder(fab_bench_dir, tmp_path / "qa", 3)
     view = RatingAppView(RatingApp.from_folders(qa, tmp_path / "ratings"))
     assert view.enter("  ") is None and "enter your name" in view.message.value
-    view.name.value = "..."  # a name that cannot name a file: said under the box, nothing stored
-    assert view.panel is None and "cannot name a file" in view.message.value and not list(tmp_path.rglob("*.jsonl"))
+    view.name.value = "a" * 300  # once an uncaught OSError (file name too long) and a blank page
+    assert view.panel is None and "too long: use at most 80" in view.message.value
+    assert not list(tmp_path.rglob("*.jsonl"))
     view.name.value = "ana"  # Enter in the box
     assert isinstance(view.panel, RatingPanel) and view.widget.children == (view.panel,)
     assert view.enter("ben") is view.panel  # a second Enter (or the button) does not start another session

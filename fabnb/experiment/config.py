@@ -17,6 +17,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ import pandas as pd
 
 from ..errors import FabnbError
 from ..judge.rubrics import RUBRIC_VERSION
-from ..schema import METRICS
+from ..schema import METRICS, TEST_TYPES
 from .prices import price_of
 
 __all__ = ["SYSTEM_KINDS", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment", "ExperimentError", "JudgeSpec",
@@ -51,7 +52,29 @@ SYSTEM_KINDS: dict[str, SystemKind] = {
     "metaso": SystemKind("Metaso", True),
     "http": SystemKind("HTTPAdapter", True),
 }
-RETRIEVERS = ("bm25", "tfidf", "hybrid", "dense")
+
+
+def _retrievers() -> dict:
+    """:data:`fabnb.rag.retrievers.RETRIEVERS` (imported when a file is checked, not when fabnb is)."""
+    from ..rag.retrievers import RETRIEVERS
+
+    return RETRIEVERS
+
+
+def _check_retriever(name, where: str, text: str | None, label: str) -> str:
+    """A retriever the file may name and this machine can run, or an error with what to do."""
+    usable = [n for n, k in _retrievers().items() if k.in_files]
+    line = _line_of(text, "retriever")
+    if name not in usable:
+        hint = (" (dense needs an embed function: use it from Python, or \"minilm\" for the offline dense model)"
+                if name == "dense" else "")
+        raise ExperimentError(f"{where}: {label} retriever = {name!r}{line} cannot be used in a file{hint}; "
+                              f"allowed: {', '.join(usable)}.")
+    missing = _retrievers()[name].missing()
+    if missing:
+        raise ExperimentError(f"{where}: {label} retriever = {name!r}{line} is not installed here; install it with "
+                              f"{missing}, or choose one of {', '.join(n for n in usable if n != name)}.")
+    return name
 
 _ENDPOINT_KEYS = {"model": str, "base_url": str, "base_url_env": str, "api_key_env": str, "max_retries": int}
 _SCHEMA: dict[str, dict] = {
@@ -68,7 +91,7 @@ _SCHEMA: dict[str, dict] = {
               "reason_chars": int, "max_answer_tokens": int, "concurrency": int, "temperature": (int, float),
               "n_ctx": int, **_ENDPOINT_KEYS},
     "prices": {"input": (int, float), "output": (int, float), "date": str, "source": str},
-    "report": {"compare_published": bool},
+    "report": {"compare_published": bool, "figures": list},
 }
 
 
@@ -92,6 +115,39 @@ def _line_of(text: str | None, key: str) -> str:
     return ""
 
 
+_FIGURE_FORMATS = ("png", "svg", "pdf")
+
+
+def _finite(v) -> bool:
+    return math.isfinite(v)
+
+
+#: The allowed range of every numeric key, per table: (test, what is allowed). The file check applies it with the
+#: file, the line and the key; docs/experiment.md's "Ranges" table is this table (a test compares them).
+RANGES: dict[tuple[str, str], tuple] = {
+    ("", "concurrency"): (lambda v: v >= 1, ">= 1"),
+    ("", "budget_usd"): (lambda v: _finite(v) and v > 0, "> 0 and finite (dollars)"),
+    ("corpus", "chunk_size"): (lambda v: v >= 1, ">= 1 (tokens)"),
+    ("corpus", "chunk_overlap"): (lambda v: v >= 0, ">= 0 and < chunk_size (tokens)"),
+    ("contexts", "windows"): (lambda v: _finite(v) and v > 0, "> 0 and finite (K tokens), no duplicates"),
+    ("contexts", "output_k"): (lambda v: _finite(v) and v > 0, "> 0 and finite (K tokens), or \"schedule\""),
+    ("contexts", "n_snippets"): (lambda v: v >= 1, ">= 1"),
+    ("contexts", "threshold"): (_finite, "finite"),
+    ("contexts", "temperature"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite"),
+    ("systems", "timeout"): (lambda v: _finite(v) and v > 0, "> 0 and finite (seconds)"),
+    ("systems", "max_retries"): (lambda v: v >= 0, ">= 0"),
+    ("judge", "replicates"): (lambda v: v >= 1, ">= 1"),
+    ("judge", "reason_chars"): (lambda v: v >= 1, ">= 1 (characters)"),
+    ("judge", "max_answer_tokens"): (lambda v: v >= 1, ">= 1 (tokens)"),
+    ("judge", "concurrency"): (lambda v: v >= 1, ">= 1"),
+    ("judge", "temperature"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite"),
+    ("judge", "n_ctx"): (lambda v: v >= 512, ">= 512 (tokens)"),
+    ("judge", "max_retries"): (lambda v: v >= 0, ">= 0"),
+    ("prices", "input"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite (dollars per million tokens)"),
+    ("prices", "output"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite (dollars per million tokens)"),
+}
+
+
 def _check_table(data: dict, section: str, where: str, text: str | None, label: str | None = None) -> None:
     allowed = _SCHEMA[section]
     label = label or (f"[{section}]" if section else "the top level")
@@ -106,6 +162,25 @@ def _check_table(data: dict, section: str, where: str, text: str | None, label: 
             kinds, tuple) else (kinds,)))
         if not ok:
             raise ExperimentError(f"{where}: {label} {key} = {value!r}{_line_of(text, key)} must be {_names(kinds)}.")
+        _check_range(section, key, value, where, text, label)
+
+
+def _check_range(section: str, key: str, value, where: str, text: str | None, label: str) -> None:
+    """Refuse a number outside :data:`RANGES` (each number of a list, for a list), naming the file, line and key."""
+    if (section, key) not in RANGES:
+        return
+    test, allowed = RANGES[(section, key)]
+    for v in value if isinstance(value, list) else [value]:
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not test(v):
+            raise ExperimentError(f"{where}: {label} {key} = {value!r}{_line_of(text, key)} is out of range: it "
+                                  f"must be {allowed}.")
+
+
+def _no_duplicates(values, key: str, label: str, where: str, text: str | None) -> None:
+    seen = [v for i, v in enumerate(values) if v in values[:i]]
+    if seen:
+        raise ExperimentError(f"{where}: {label} {key} = {list(values)!r}{_line_of(text, key)} lists {seen[0]!r} "
+                              "twice; each cell would be stored twice. List each value once.")
 
 
 def _path(value: str, base: Path) -> str:
@@ -222,10 +297,7 @@ class SystemSpec:
             if settings:
                 raise ExperimentError(f"{where}: {label} is the reference system; settings are for adapters. "
                                       "Use retriever and the [contexts] knobs.")
-            retriever = s.get("retriever", "bm25")
-            if retriever not in RETRIEVERS:
-                raise ExperimentError(f"{where}: {label} retriever = {retriever!r}; allowed: "
-                                      f"{', '.join(RETRIEVERS)}.")
+            retriever = _check_retriever(s.get("retriever", "bm25"), where, text, label)
         else:
             ep = Endpoint.from_table(s, where, label, need_model=False)
             if not (ep.base_url or ep.base_url_env) and kind != "metaso":
@@ -300,10 +372,15 @@ class QuestionsSpec:
         if set(stratify) - {"test_type", "question_format", "objective_subtype"}:
             raise ExperimentError(f"{where}: [questions] stratify = {list(stratify)} may hold test_type, "
                                   "question_format and objective_subtype.")
+        test_types = q.get("test_types", [])
+        unknown = [t for t in test_types if t not in TEST_TYPES]
+        if unknown:
+            raise ExperimentError(f"{where}: [questions] test_types = {test_types!r}{_line_of(text, 'test_types')} "
+                                  f"names {unknown[0]!r}, not a test type; allowed: {', '.join(TEST_TYPES)}.")
         source = q.get("source", "fab-bench")
         if source != "fab-bench":
             source = _path(source, base or Path.cwd())
-        return cls(source, None if sample == "all" else int(sample), stratify, tuple(q.get("test_types", ())))
+        return cls(source, None if sample == "all" else int(sample), stratify, tuple(test_types))
 
 
 @dataclass(frozen=True)
@@ -317,13 +394,33 @@ class CorpusSpec:
     @classmethod
     def from_table(cls, corpus: dict, where: str, text: str | None = None, base: Path | None = None) -> "CorpusSpec":
         _check_table(corpus, "corpus", where, text)
+        size, overlap = int(corpus.get("chunk_size", 512)), int(corpus.get("chunk_overlap", 128))
+        if overlap >= size:
+            raise ExperimentError(f"{where}: [corpus] chunk_overlap = {overlap}{_line_of(text, 'chunk_overlap')} "
+                                  f"must be smaller than chunk_size = {size}: each chunk must move the window on.")
         source = corpus.get("source", "fab-bench-evidence")
         if source != "fab-bench-evidence":
             source = _path(source, base or Path.cwd())
-        return cls(source, int(corpus.get("chunk_size", 512)), int(corpus.get("chunk_overlap", 128)))
+            _check_corpus_folder(source, where, text)
+        return cls(source, size, overlap)
 
     def signature(self) -> dict:
         return {"source": self.source, "size": self.chunk_size, "overlap": self.chunk_overlap}
+
+
+def _check_corpus_folder(source: str, where: str, text: str | None) -> None:
+    """A corpus source must be a folder (or a file) holding at least one readable document."""
+    from ..corpus import FORMATS as DOCUMENT_SUFFIXES
+
+    path = Path(source)
+    line = _line_of(text, "source")
+    if not path.exists():
+        raise ExperimentError(f"{where}: [corpus] source = {source!r}{line} does not exist; name a folder of "
+                              f"documents ({', '.join(DOCUMENT_SUFFIXES)}).")
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else []
+    if not any(p.suffix.lower() in DOCUMENT_SUFFIXES and p.stat().st_size > 0 for p in files):
+        raise ExperimentError(f"{where}: [corpus] source = {source!r}{line} holds no readable document (files "
+                              f"ending {', '.join(DOCUMENT_SUFFIXES)}, not empty).")
 
 
 @dataclass(frozen=True)
@@ -350,10 +447,12 @@ class ContextsSpec:
                 isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0 for w in windows):
             raise ExperimentError(f"{where}: [contexts] windows = {windows!r}{_line_of(text, 'windows')} must be "
                                   "\"paper\" or a list of positive window sizes in K tokens, e.g. [4, 8, 16].")
+        _no_duplicates([float(w) for w in windows], "windows", "[contexts]", where, text)
         modes = tuple(ctx.get("modes", ["A"]))
         if not modes or set(modes) - {"A", "B"}:
             raise ExperimentError(f"{where}: [contexts] modes = {list(modes)!r} must be a non-empty list of \"A\" "
                                   "(the system's own retrieval) and \"B\" (gold context).")
+        _no_duplicates(list(modes), "modes", "[contexts]", where, text)
         output_k = ctx.get("output_k", "schedule")
         if isinstance(output_k, str) and output_k != "schedule":
             raise ExperimentError(f"{where}: [contexts] output_k = {output_k!r} must be \"schedule\" (the paper's "
@@ -395,6 +494,7 @@ class JudgeSpec:
         if isinstance(metrics, str) or not metrics or set(metrics) - set(METRICS):
             raise ExperimentError(f"{where}: [judge] metrics = {j.get('metrics')!r} must be \"all\" or a list of "
                                   f"{', '.join(METRICS)}.")
+        _no_duplicates(list(metrics), "metrics", "[judge]", where, text)
         return cls(endpoint, metrics, int(j.get("replicates", 1)), bool(j.get("logprobs", True)),
                    bool(j.get("reference_check", True)), int(j.get("reason_chars", 400)),
                    int(j.get("max_answer_tokens", 3000)), int(j.get("concurrency", 8)),
@@ -412,11 +512,16 @@ class ReportSpec:
     """``[report]``: what the report adds to the run's own scores."""
 
     compare_published: bool = False
+    figures: tuple = ("png", "svg")  # the formats of report/figures/; () draws none
 
     @classmethod
     def from_table(cls, r: dict, where: str, text: str | None = None) -> "ReportSpec":
         _check_table(r, "report", where, text)
-        return cls(bool(r.get("compare_published", False)))
+        figures = r.get("figures", ["png", "svg"])
+        if not isinstance(figures, list) or not all(f in _FIGURE_FORMATS for f in figures):
+            raise ExperimentError(f"{where}: [report] figures{_line_of(text, 'figures')} must be a list of "
+                                  f"{', '.join(map(repr, _FIGURE_FORMATS))} (or [] for no figures), not {figures!r}.")
+        return cls(bool(r.get("compare_published", False)), tuple(dict.fromkeys(figures)))
 
 
 def prices_from_table(table: dict, where: str, text: str | None = None) -> dict:
@@ -427,6 +532,8 @@ def prices_from_table(table: dict, where: str, text: str | None = None) -> dict:
             raise ExperimentError(f"{where}: [prices] {model!r}{_line_of(text, model)} must be a table with input "
                                   "and output (dollars per million tokens), and date and source.")
         _check_table(p, "prices", where, text, f"[prices.{model}]")
+        for key in ("input", "output"):
+            _check_range("prices", key, p[key], where, text, f"[prices.{model}]")
         prices[model] = {"input": float(p["input"]), "output": float(p["output"]),
                          "date": p.get("date", ""), "source": p.get("source", where)}
     return prices
@@ -525,7 +632,7 @@ class Experiment:
         for section in ("questions", "corpus", "contexts", "judge", "report"):  # key errors first, as the file reads
             _check_table(data.get(section, {}), section, where, text)
         base = Path(base) if base is not None else Path.cwd()
-        exp = cls(name=_name(data, where), output=_output(data, where, base, output),
+        exp = cls(name=_name(data, where), output=_output(data, where, base, output, text),
                   systems=_systems(data.get("systems", []), where, text),
                   contexts=ContextsSpec.from_table(data.get("contexts", {}), where, text),
                   question_set=QuestionsSpec.from_table(data.get("questions", {}), where, text, base),
@@ -626,14 +733,18 @@ def _name(data: dict, where: str) -> str:
     return str(data["name"])
 
 
-def _output(data: dict, where: str, base: Path, output) -> Path:
+def _output(data: dict, where: str, base: Path, output, text: str | None = None) -> Path:
     # An output given here (``fabnb run --out``) is relative to where the command runs; the file's own
     # ``output`` is relative to the file.
     out = Path(output).absolute() if output is not None else data.get("output")
     if out is None:
         raise ExperimentError(f"{where}: output = \"folder\" is required (answers, scores and the report go "
                               "there).")
-    return Path(out) if Path(out).is_absolute() else Path(os.path.normpath(base / out))
+    out = Path(out) if Path(out).is_absolute() else Path(os.path.normpath(base / out))
+    if out.exists() and not out.is_dir():
+        raise ExperimentError(f"{where}: output = {str(out)!r}{_line_of(text, 'output')} is a file, not a folder; "
+                              "name a new or empty folder (the file is not touched).")
+    return out
 
 
 def _systems(raw: list, where: str, text: str | None) -> tuple[SystemSpec, ...]:

@@ -97,7 +97,7 @@ def check_output(exp: Experiment) -> dict | None:
     out = exp.output
     manifest = read_manifest(out) if out.exists() else None
     if manifest is None:
-        if out.exists() and any(out.iterdir()):
+        if out.exists() and any(p.name != ".fabnb.lock" for p in out.iterdir()):
             raise ExperimentError(f"the output folder {out} holds files but no fabnb manifest.json; choose an empty "
                                   "or new folder (nothing there is touched).")
         return None

@@ -90,7 +90,8 @@ def _analyses(exp: Experiment, out: Path, scores: pd.DataFrame) -> str:
     try:
         # An experiment may judge fewer than six metrics; the average is then over those it judged.
         checked = with_average(check_scores(frame, f"the scores of {exp.name}", require_all_metrics=False))
-        reproduce(out / "report", scores=checked, source=f"the judge scores of {exp.name} (mode {mode})")
+        reproduce(out / "report", scores=checked, source=f"the judge scores of {exp.name} (mode {mode})",
+                  figures=exp.report.figures)
     except (ScoreError, ValueError, KeyError, IndexError) as exc:
         return f"The analyses need more scores than the stores hold yet ({type(exc).__name__}: {exc})."
     return ""

@@ -16,7 +16,8 @@ import pandas as pd
 
 from .. import __version__
 from ..judge.rubrics import RUBRIC_VERSION
-from .config import Experiment
+from ..records import cut_records, hold
+from .config import Experiment, ExperimentError
 from .output import (
     check_output,
     failures,
@@ -92,6 +93,7 @@ def _start_manifest(exp: Experiment, old: dict | None, plan_: Plan, questions: p
     return {"name": exp.name, "experiment_file": exp.source, "experiment_sha256": file_hash(exp),
             "fabnb": __version__, "versions": versions(), "rubric_version": RUBRIC_VERSION, "seed": exp.seed,
             "signatures": signatures, "question_ids": list(questions["test_id"]),
+            "questions_source": exp.questions_source,
             "endpoints": {**(old or {}).get("endpoints", {}), **endpoints},
             "runs": (old or {}).get("runs", []) + [{"started": now(), "ended": None, "status": "running"}],
             "planned": json_records(plan_.table.drop(columns=["price"]))}
@@ -167,6 +169,18 @@ def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe
     """
     exp = Experiment.from_file(exp) if isinstance(exp, (str, Path)) else exp
     exp.check_environment()
+    if dry_run:
+        return _run(exp, dry_run, probe, progress, echo)
+    try:
+        exp.output.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ExperimentError(f"{exp.source}: output = {str(exp.output)!r} cannot be made a folder "
+                              f"({exc.strerror or exc}); name a folder you can write to.") from None
+    with hold(exp.output, f"the experiment {exp.name!r}"):  # one run per folder: a second is refused at once
+        return _run(exp, dry_run, probe, progress, echo)
+
+
+def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo) -> ExperimentRun:
     old = check_output(exp)
     cache: dict = {"questions": exp.questions(), "chunks": exp.chunks()}
     questions = cache["questions"]
@@ -196,20 +210,42 @@ def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe
         from tqdm.auto import tqdm
 
         bar = tqdm(total=int(plan_.table["todo"].sum()), desc="answers", unit="call")
-    finished = _answer_stage(exp, [built[s.name] for s in exp.systems], questions, plan_, bar)
-    save("running")
-    if finished:
-        finished = _judge_stage(exp, questions, plan_, bar)
-    if bar is not None:
-        bar.close()
-    status = "finished" if finished else "stopped-by-budget"
-    held = stored(exp, questions)  # read once for the report, the manifest and the summary
-    save("reporting", held)
-    report = write_report(exp, questions, held)
-    t = save(status, held)
+    try:
+        finished = _answer_stage(exp, [built[s.name] for s in exp.systems], questions, plan_, bar)
+        save("running")
+        if finished:
+            finished = _judge_stage(exp, questions, plan_, bar)
+        if bar is not None:
+            bar.close()
+        status = "finished" if finished else "stopped-by-budget"
+        held = stored(exp, questions)  # read once for the report, the manifest and the summary
+        save("reporting", held)
+        report = write_report(exp, questions, held)
+        t = save(status, held)
+    except BaseException as exc:  # a full disk, a bug, Ctrl-C: the manifest says so, never "running" for ever
+        manifest["runs"][-1].update(ended=now(), status="failed", cause=f"{type(exc).__name__}: {exc}"[:500])
+        _record_failure(out, manifest, echo)
+        raise
     failed = failures(exp, questions, held)
     echo(_summary_line(exp, t, failed, status))
     return ExperimentRun(out, plan_, t, status, failed, report)
+
+
+def _record_failure(out: Path, manifest: dict, echo) -> None:
+    """Write the failed manifest; on a full disk, over the old one in place (its pages are already there)."""
+    import json
+
+    try:
+        write_manifest(out, manifest)
+    except OSError:
+        (out / "manifest.json.tmp").unlink(missing_ok=True)
+        data = json.dumps(manifest, separators=(",", ":"), default=str, allow_nan=False).encode()
+        try:
+            with open(out / "manifest.json", "r+b") as fh:
+                fh.write(data)
+                fh.truncate(len(data))
+        except OSError as exc:
+            echo(f"could not record the failure in {out / 'manifest.json'} ({exc}); its run reads 'running'.")
 
 
 def _summary_line(exp: Experiment, t: pd.DataFrame, failed: pd.DataFrame, status: str) -> str:
@@ -218,6 +254,10 @@ def _summary_line(exp: Experiment, t: pd.DataFrame, failed: pd.DataFrame, status
     if len(failed):
         lines.append("failed cells by cause (a rerun asks them again): " + "; ".join(
             f"{r.system} {r.stage} {r.cause}: {r.cells}" for r in failed.itertuples()))
+    cut = cut_records(exp.output)
+    if cut:
+        lines.append(f"{len(cut)} cut or unreadable record(s) skipped, their cells asked again: " + "; ".join(
+            f"{Path(f).name} line {n}" for f, n in cut[:5]) + ("; ..." if len(cut) > 5 else ""))
     lines.append(f"spent: ${spent(t):,.4f}" + (" (some models have no known price)" if t["cost_usd"].isna().any()
                                                else "")
                  + (f" of a ${exp.budget_usd:,.2f} budget" if exp.budget_usd is not None else ""))

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..llm import LLMError
-from ..records import ResultsStore, StageRun, stage_bar
+from ..records import ResultsStore, StageRun, hold, stage_bar
 from ..schema import METRICS, SCORE_RECORD_COLUMNS, SCORE_RECORD_KEYS
 from ..tokens import truncate_tokens
 from .rubrics import (
@@ -439,52 +439,53 @@ def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, me
     missing = set(results["test_id"]) - set(qs.index)
     if missing:
         raise ValueError(f"results hold test_id(s) {sorted(missing)[:5]} that are not in questions.")
-    ok = results[results["status"] == "ok"]
-    cells = _cells_to_judge(ok, metrics, replicates, store)
-    n_total = len(ok) * len(list(metrics)) * replicates
-    deferred = 0
-    if limit is not None and len(cells) > limit:
-        cells, deferred = cells[:max(0, limit)], len(cells) - max(0, limit)
-    failures, start = [], time.perf_counter()
-    # A shared bar learns only now how many answers came back to be judged.
-    bar, own_bar = stage_bar(progress, len(cells), "judging", shared_total=True)
+    with hold(store.path, "a judge run"):  # two processes on one store would pay each score twice
+        ok = results[results["status"] == "ok"]
+        cells = _cells_to_judge(ok, metrics, replicates, store)
+        n_total = len(ok) * len(list(metrics)) * replicates
+        deferred = 0
+        if limit is not None and len(cells) > limit:
+            cells, deferred = cells[:max(0, limit)], len(cells) - max(0, limit)
+        failures, start = [], time.perf_counter()
+        # A shared bar learns only now how many answers came back to be judged.
+        bar, own_bar = stage_bar(progress, len(cells), "judging", shared_total=True)
 
-    async def one(sem, r, metric, rep, key):
-        q = qs.loc[r["test_id"]]
-        sources = r.get("sources")
-        sources = [s.get("text", "") for s in sources] if isinstance(sources, list) else None
-        judge = llm if rep == 0 else llm.with_defaults(seed=rep)
-        async with sem:
-            try:
-                out = await score_answer(judge, metric, question=q["question"], answer=str(r.get("answer") or ""),
-                                         expected=str(q.get("ground_truth_answer", "")),
-                                         question_format=str(q.get("question_format", "SUBJECTIVE")),
-                                         sources=sources, logprobs=logprobs, temperature=temperature,
-                                         reason_chars=reason_chars, max_answer_tokens=max_answer_tokens)
-                record = {**key, "status": "ok", "cause": "", "error": "", **out}
-            except JudgeError as exc:
-                record = {**key, "status": "error", "cause": exc.cause, "error": str(exc)}
-        record["ts"] = time.time()
-        store.append(record)
-        if bar is not None:
-            bar.update(1)
-        if record["status"] != "ok":
-            failures.append(record)
-        return record
+        async def one(sem, r, metric, rep, key):
+            q = qs.loc[r["test_id"]]
+            sources = r.get("sources")
+            sources = [s.get("text", "") for s in sources] if isinstance(sources, list) else None
+            judge = llm if rep == 0 else llm.with_defaults(seed=rep)
+            async with sem:
+                try:
+                    out = await score_answer(judge, metric, question=q["question"], answer=str(r.get("answer") or ""),
+                                             expected=str(q.get("ground_truth_answer", "")),
+                                             question_format=str(q.get("question_format", "SUBJECTIVE")),
+                                             sources=sources, logprobs=logprobs, temperature=temperature,
+                                             reason_chars=reason_chars, max_answer_tokens=max_answer_tokens)
+                    record = {**key, "status": "ok", "cause": "", "error": "", **out}
+                except JudgeError as exc:
+                    record = {**key, "status": "error", "cause": exc.cause, "error": str(exc)}
+            record["ts"] = time.time()
+            store.append(record)
+            if bar is not None:
+                bar.update(1)
+            if record["status"] != "ok":
+                failures.append(record)
+            return record
 
-    async def main():
-        sem = asyncio.Semaphore(max(1, llm.concurrency))
-        await asyncio.gather(*(one(sem, *cell) for cell in cells))
+        async def main():
+            sem = asyncio.Semaphore(max(1, llm.concurrency))
+            await asyncio.gather(*(one(sem, *cell) for cell in cells))
 
-    llm.run(main)
-    if own_bar:
-        bar.close()
-    if failures and error_policy == "raise":
-        f = failures[0]
-        raise JudgeError(f"{f['test_id']} / {f['metric']}: {f['error']}", f["cause"])
-    cols = [*SCORE_RECORD_KEYS, "cause", "error"]
-    return JudgeRun(len(cells), n_total - len(cells) - deferred, len(failures), time.perf_counter() - start,
-                    pd.DataFrame(failures, columns=cols) if failures else pd.DataFrame(columns=cols), deferred)
+        llm.run(main)
+        if own_bar:
+            bar.close()
+        if failures and error_policy == "raise":
+            f = failures[0]
+            raise JudgeError(f"{f['test_id']} / {f['metric']}: {f['error']}", f["cause"])
+        cols = [*SCORE_RECORD_KEYS, "cause", "error"]
+        return JudgeRun(len(cells), n_total - len(cells) - deferred, len(failures), time.perf_counter() - start,
+                        pd.DataFrame(failures, columns=cols) if failures else pd.DataFrame(columns=cols), deferred)
 
 
 def to_score_frame(scores: pd.DataFrame, by=("system", "model", "context_k", "mode", "metric")) -> pd.DataFrame:

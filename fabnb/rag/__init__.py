@@ -36,16 +36,17 @@ from .adapters import AnythingLLM, HTTPAdapter, MaxKB, Metaso, RAGFlow, detect_c
 from .config import (ANYTHINGLLM_DEFAULTS, CONTEXT_INDICATORS, OUTPUT_SCHEDULE, PAPER_CONTEXTS, PROMPT_OVERHEAD,
                      SYSTEM_PROMPT, RAGConfig, RAGError, count_tokens, output_tokens, sweep, truncate_tokens)
 from .grid import GridRun, ask_cell, mode_pairs, questions_frame, retrieval_table, run_grid
-from .retrievers import (HIT_COLUMNS, MINILM, BM25Retriever, DenseRetriever, HybridRetriever, Retriever,
-                         TfidfRetriever, make_retriever, minilm_embedder, openai_embedder, pick_context,
-                         select_context)
+from .retrievers import (HIT_COLUMNS, MINILM, RETRIEVERS, BM25Retriever, DenseRetriever, HybridRetriever,
+                         Retriever, RetrieverKind, TfidfRetriever, make_retriever, minilm_embedder, openai_embedder,
+                         pick_context, select_context)
 from .system import Answer, RAGSystem, ReferenceRAG, check_answer, check_budget, context_prompt
 # isort: on
 
 __all__ = ['ANYTHINGLLM_DEFAULTS', 'Answer', 'AnythingLLM', 'BM25Retriever', 'CONTEXT_INDICATORS', 'DenseRetriever',
            'GridRun', 'HIT_COLUMNS', 'HTTPAdapter', 'HybridRetriever', 'MINILM', 'MaxKB', 'Metaso', 'OUTPUT_SCHEDULE',
            'PAPER_CONTEXTS', 'PROMPT_OVERHEAD', 'RAGConfig', 'RAGError', 'RAGFlow', 'RAGSystem', 'RESULT_COLUMNS',
-           'RESULT_KEYS', 'ReferenceRAG', 'ResultsStore', 'Retriever', 'SYSTEM_PROMPT', 'TfidfRetriever', 'ask_cell',
+           'RESULT_KEYS', 'RETRIEVERS', 'ReferenceRAG', 'ResultsStore', 'Retriever', 'RetrieverKind', 'SYSTEM_PROMPT',
+           'TfidfRetriever', 'ask_cell',
            'check_answer', 'check_budget', 'context_prompt', 'count_tokens', 'detect_context_use', 'get_path',
            'make_retriever', 'minilm_embedder', 'mode_pairs', 'openai_embedder', 'output_tokens', 'pick_context',
            'questions_frame',

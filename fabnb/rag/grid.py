@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..records import ResultsStore, StageRun, stage_bar
+from ..records import ResultsStore, StageRun, hold, stage_bar
 from ..schema import RESULT_KEYS
 from .config import RAGConfig, RAGError
 from .system import RAGSystem, ReferenceRAG
@@ -134,52 +134,53 @@ def run_grid(systems, questions: pd.DataFrame, configs, store: ResultsStore | st
     if missing:
         raise ValueError(f"questions lack column(s) {sorted(missing)}; make them with fabnb.rag.questions_frame.")
     store = store if isinstance(store, ResultsStore) else ResultsStore(store)
-    done = store.done()
-    qs = questions.to_dict("records")
-    cells = [(s, q, c, m) for s in systems for c in configs for m in modes for q in qs]
-    todo = [cell for cell in cells if store.key({"system": cell[0].name, "model": cell[0].model, "mode": cell[3],
-                                                 "context_k": cell[2].context_k, "test_id": cell[1]["test_id"]})
-            not in done]
-    deferred = 0
-    if limit is not None and len(todo) > limit:
-        todo, deferred = todo[:max(0, limit)], len(todo) - max(0, limit)
-    bar, own_bar = stage_bar(progress, len(todo), "RAG grid")
-    start, failures, stop = time.perf_counter(), [], None
-    pending_cells = iter(todo)
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        running = set()
+    with hold(store.path, "a RAG grid"):  # two processes on one store would ask each cell twice
+        done = store.done()
+        qs = questions.to_dict("records")
+        cells = [(s, q, c, m) for s in systems for c in configs for m in modes for q in qs]
+        todo = [cell for cell in cells if store.key({"system": cell[0].name, "model": cell[0].model, "mode": cell[3],
+                                                     "context_k": cell[2].context_k, "test_id": cell[1]["test_id"]})
+                not in done]
+        deferred = 0
+        if limit is not None and len(todo) > limit:
+            todo, deferred = todo[:max(0, limit)], len(todo) - max(0, limit)
+        bar, own_bar = stage_bar(progress, len(todo), "RAG grid")
+        start, failures, stop = time.perf_counter(), [], None
+        pending_cells = iter(todo)
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            running = set()
 
-        def submit_next() -> bool:
-            cell = next(pending_cells, None)
-            if cell is None:
-                return False
-            running.add(pool.submit(ask_cell, *cell))
-            return True
+            def submit_next() -> bool:
+                cell = next(pending_cells, None)
+                if cell is None:
+                    return False
+                running.add(pool.submit(ask_cell, *cell))
+                return True
 
-        for _ in range(max(1, concurrency)):
-            if not submit_next():
-                break
-        while running:
-            finished, running = wait(running, return_when=FIRST_COMPLETED)
-            for future in finished:
-                record = future.result()
-                if record["status"] != "ok":
-                    failures.append(record)
-                    if error_policy == "raise" and stop is None:
-                        stop = record
-                if stop is None:
-                    submit_next()  # keep the slot busy while this answer is written
-                store.append(record)  # written as it arrives: a kill loses at most the cells in flight
-                if bar is not None:
-                    bar.update(1)
-    if own_bar:
-        bar.close()
-    if stop is not None:
-        raise RAGError(f"{stop['system']} / {stop['model']} / {stop['context_k']}K / mode {stop['mode']} / "
-                       f"{stop['test_id']}: {stop['error']}", stop["cause"])
-    cols = [*RESULT_KEYS, "cause", "error"]
-    return GridRun(len(todo), len(cells) - len(todo) - deferred, len(failures), time.perf_counter() - start,
-                   pd.DataFrame(failures, columns=cols) if failures else pd.DataFrame(columns=cols), deferred)
+            for _ in range(max(1, concurrency)):
+                if not submit_next():
+                    break
+            while running:
+                finished, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    record = future.result()
+                    if record["status"] != "ok":
+                        failures.append(record)
+                        if error_policy == "raise" and stop is None:
+                            stop = record
+                    if stop is None:
+                        submit_next()  # keep the slot busy while this answer is written
+                    store.append(record)  # written as it arrives: a kill loses at most the cells in flight
+                    if bar is not None:
+                        bar.update(1)
+        if own_bar:
+            bar.close()
+        if stop is not None:
+            raise RAGError(f"{stop['system']} / {stop['model']} / {stop['context_k']}K / mode {stop['mode']} / "
+                           f"{stop['test_id']}: {stop['error']}", stop["cause"])
+        cols = [*RESULT_KEYS, "cause", "error"]
+        return GridRun(len(todo), len(cells) - len(todo) - deferred, len(failures), time.perf_counter() - start,
+                       pd.DataFrame(failures, columns=cols) if failures else pd.DataFrame(columns=cols), deferred)
 
 
 def mode_pairs(results: pd.DataFrame) -> pd.DataFrame:

