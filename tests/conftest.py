@@ -103,9 +103,14 @@ def readme_reproduction(tmp_path_factory):
 
 def pytest_terminal_summary(terminalreporter):
     """The fault-injection table (tests/test_faults.py), when its cases ran."""
+    import json
     import sys
 
     faults = sys.modules.get("test_faults")
-    if faults is not None and faults.TABLE:
+    rows = list(faults.TABLE) if faults is not None else []
+    shared = terminalreporter.config._tmp_path_factory.getbasetemp() / "fault-table.jsonl"  # pytest -n: workers'
+    if shared.exists():
+        rows += [json.loads(line) for line in shared.read_text().splitlines()]
+    if rows:
         terminalreporter.section("fault injection: cause recorded, requests on the rerun, cells healed")
-        terminalreporter.write_line(pd.DataFrame(faults.TABLE).to_markdown(index=False))
+        terminalreporter.write_line(pd.DataFrame(rows).to_markdown(index=False))

@@ -17,6 +17,7 @@ at the end of the session (``tests/conftest.py``) and recorded in docs/performan
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 
@@ -238,7 +239,7 @@ def _attempts(message: str) -> int | None:
 
 
 @pytest.mark.parametrize("stage,fault", CASES, ids=[f"{s}-{f}" for s, f in CASES])
-def test_fault_is_recorded_and_heals(stage, fault, tmp_path):
+def test_fault_is_recorded_and_heals(stage, fault, tmp_path, tmp_path_factory):
     healthy, run, own = STAGES[stage]()
     spec, cause, requests = {**FAULTS, **own}[fault]
     assert cause in CAUSES or cause.startswith("http-"), cause
@@ -264,6 +265,9 @@ def test_fault_is_recorded_and_heals(stage, fault, tmp_path):
     TABLE.append({"stage": stage, "fault": fault, "cause recorded": cause, "failed cells": len(failed),
                    "requests per failed call": requests, "requests on rerun": asked,
                    "cells healed": f"{len(healed)}/{len(failed)}"})
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker's rows reach the controller's summary through a file
+        with open(tmp_path_factory.getbasetemp().parent / "fault-table.jsonl", "a") as fh:
+            fh.write(json.dumps(TABLE[-1]) + "\n")
     assert asked == len(failed), f"{stage}/{fault}: the rerun made {asked} requests for {len(failed)} failed cell(s)"
     assert len(healed) == len(failed), second
     if stage != "generation":  # generation stops once it has its n pairs; the other stages end all ok
