@@ -433,9 +433,12 @@ def serve(port: int | None = None, n_ctx: int = 8192) -> None:
     server = LocalServer(port=port, n_ctx=n_ctx).start()
     print(f"serving {MODEL_ALIAS} at {server.base_url} (Ctrl-C stops it)")
     print(f"export FABNB_LLM_BASE_URL={server.base_url} FABNB_LLM_MODEL={MODEL_ALIAS} FABNB_LLM_SCHEMA_STYLE=llama.cpp")
+    from .process import stop_on_signals
+
     try:
-        while server.running:
-            time.sleep(1)
+        with stop_on_signals():  # SIGTERM and SIGHUP stop the server as Ctrl-C does
+            while server.running:
+                time.sleep(1)
     except KeyboardInterrupt:
         pass
     finally:

@@ -3,6 +3,8 @@
 The embedded llama.cpp server (:class:`fabnb.local.LocalServer`) and the rating app's
 Voilà (:func:`fabnb.rating.serve_app`) both run through these few functions, so a child
 is always stopped the same way: SIGTERM, a grace period, SIGKILL, and reaped (no zombie).
+The commands that serve in the foreground stop their children on SIGTERM and SIGHUP as on
+Ctrl-C (:func:`stop_on_signals`).
 
 Examples
 --------
@@ -16,13 +18,15 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
-__all__ = ["answers_http", "answers_tcp", "free_port", "port_free", "start_process", "stop_process", "wait_ready"]
+__all__ = ["answers_http", "answers_tcp", "free_port", "port_free", "start_process", "stop_on_signals", "stop_process",
+           "wait_ready"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -106,3 +110,31 @@ def answers_http(url: str) -> bool:
             return r.status == 200
     except OSError:
         return False
+
+
+@contextlib.contextmanager
+def stop_on_signals(signals=("SIGTERM", "SIGHUP")):
+    """Within this block, SIGTERM and SIGHUP end the program as Ctrl-C does (a ``KeyboardInterrupt``), so the
+    ``finally`` that stops its children runs: a service manager or a CI job stops a server with SIGTERM.
+
+    Only in the main thread (where Python runs signal handlers); elsewhere the block runs as it is.
+    """
+    import signal
+    import threading
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {}
+    for name in signals:
+        number = getattr(signal, name, None)
+        if number is not None:
+            old[number] = signal.signal(number, interrupt)
+    try:
+        yield
+    finally:
+        for number, handler in old.items():
+            signal.signal(number, handler)

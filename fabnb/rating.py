@@ -732,7 +732,7 @@ def serve_app(qa: str | Path | None = None, ratings: str | Path = "ratings", man
     import tempfile
 
     from .access import ACCESS_ENV, issue_links, read_links
-    from .process import answers_tcp, free_port, start_process, stop_process, wait_ready
+    from .process import answers_tcp, free_port, start_process, stop_on_signals, stop_process, wait_ready
 
     app = RatingApp.from_folders(qa, ratings, manifests)  # a bad folder fails here, with its name
     port = port or free_port(host)
@@ -755,21 +755,22 @@ def serve_app(qa: str | Path | None = None, ratings: str | Path = "ratings", man
         cmd.append("--Voila.identity_provider_class=fabnb.access.RaterIdentityProvider")
     proc = start_process(cmd, cwd=folder, env=env)
     try:
-        state = wait_ready(proc, lambda: answers_tcp(host, port), timeout, interval=0.3)
-        if state == "exited":
-            raise RatingError(f"Voilà stopped before serving (exit status {proc.returncode}); its messages "
-                              "are above. Is voila installed (pip install fabnb)?")
-        if state == "timeout":
-            raise RatingError(f"Voilà did not answer on port {port} within {timeout:.0f} s.")
-        if guarded:
-            who = ", ".join(r for r, _ in read_links(links))
-            echo(f"Rating app on {url or f'http://{host}:{port}/'} for {who}: each "
-                 f"rater's personal link is in {links} (send each their own line; requests without a valid token "
-                 f"are refused). Ratings go to {env['FABNB_RATINGS_DIR']}; Ctrl-C stops it.")
-        else:
-            echo(f"Rating app: http://127.0.0.1:{port}/  ({len(app.items)} items; ratings go to "
-                 f"{env['FABNB_RATINGS_DIR']}; Ctrl-C stops it)")
-        return proc.wait()
+        with stop_on_signals():  # SIGTERM and SIGHUP stop Voilà and its kernels as Ctrl-C does
+            state = wait_ready(proc, lambda: answers_tcp(host, port), timeout, interval=0.3)
+            if state == "exited":
+                raise RatingError(f"Voilà stopped before serving (exit status {proc.returncode}); its messages "
+                                  "are above. Is voila installed (pip install fabnb)?")
+            if state == "timeout":
+                raise RatingError(f"Voilà did not answer on port {port} within {timeout:.0f} s.")
+            if guarded:
+                who = ", ".join(r for r, _ in read_links(links))
+                echo(f"Rating app on {url or f'http://{host}:{port}/'} for {who}: each rater's personal link is "
+                     f"in {links} (send each their own line; requests without a valid token are refused). "
+                     f"Ratings go to {env['FABNB_RATINGS_DIR']}; Ctrl-C stops it.")
+            else:
+                echo(f"Rating app: http://127.0.0.1:{port}/  ({len(app.items)} items; ratings go to "
+                     f"{env['FABNB_RATINGS_DIR']}; Ctrl-C stops it)")
+            return proc.wait()
     except KeyboardInterrupt:
         return 0
     finally:
