@@ -211,6 +211,44 @@ def test_the_ranges_in_the_docs_are_the_file_check_ranges():
     assert rows == expected
 
 
+@pytest.mark.parametrize("system, words", [
+    # Once: a raw TypeError (HTTPAdapter.__init__() missing 'request' and 'answer_path').
+    ('kind = "http"\nbase_url = "http://h/ask"\n', ["(http) (line 5) needs settings answer_path (a string), "
+                                                     "request (a table)"]),
+    ('kind = "http"\nbase_url = "http://h/ask"\nsettings = {request = {q = "{question}"}}\n',
+     ["needs settings answer_path"]),
+    ('kind = "http"\nbase_url = "http://h"\nsettings = {request = "q", answer_path = "a"}\n',
+     ["settings.request = 'q'", "must be a table"]),
+    ('kind = "anythingllm"\nbase_url = "http://h"\n', ["(anythingllm)", "needs settings workspace (a string)"]),
+])
+def test_adapter_settings_are_checked_by_their_signature(tmp_path, system, words):
+    path = tmp_path / "bad.toml"
+    path.write_text('name = "x"\noutput = "o"\n[[systems]]\nname = "s"\n' + system)
+    with pytest.raises(ExperimentError) as err:
+        Experiment.from_file(path)
+    for word in words:
+        assert word in str(err.value), (word, str(err.value))
+
+
+def test_the_docs_list_each_adapters_settings_as_the_file_check_reads_them():
+    from fabnb.experiment import SYSTEM_KINDS, adapter_settings
+    from fabnb.experiment.config import _names
+
+    doc = (ROOT / "docs" / "experiment.md").read_text()
+    table = doc[doc.index("<!-- adapter-settings -->"):doc.index("<!-- /adapter-settings -->")]
+    for kind in SYSTEM_KINDS:
+        if kind == "reference":
+            continue
+        items = adapter_settings(kind)
+        required = ", ".join(f"`{n}` ({_names(t)})" for n, (t, r) in items.items() if r) or "none"
+        optional = ", ".join(f"`{n}`" for n, (t, r) in items.items() if not r)
+        assert f"| `{kind}` | {required} | {optional} |" in table, kind
+    path_ok = Experiment.from_dict({"name": "x", "output": "o", "systems": [
+        {"name": "s", "kind": "http", "base_url": "http://h/ask",
+         "settings": {"request": {"q": "{question}"}, "answer_path": "answer"}}]})
+    assert path_ok.systems[0].settings["answer_path"] == "answer"
+
+
 def test_retrievers_come_from_one_registry_and_minilm_says_how_to_install_it(tmp_path, monkeypatch):
     from fabnb.experiment import SYSTEM_KINDS
     from fabnb.rag.retrievers import RETRIEVERS
@@ -239,9 +277,21 @@ def test_an_unset_environment_variable_is_named_before_any_call(tmp_path, monkey
     monkeypatch.delenv("FABNB_TEST_URL", raising=False)
     monkeypatch.delenv("FABNB_TEST_KEY", raising=False)
     exp = Experiment.from_file(write_file(tmp_path))
-    with pytest.raises(ExperimentError, match="FABNB_TEST_URL .for ref.*FABNB_TEST_KEY .for ref.*for judge"):
+    with pytest.raises(ExperimentError, match="FABNB_TEST_URL .for ref. is not set.*FABNB_TEST_KEY .for ref.*for judge"):
         run_experiment(exp, echo=quiet)
     assert not (tmp_path / "out").exists()
+    monkeypatch.setenv("FABNB_TEST_KEY", "")  # once reported as "not set"
+    with pytest.raises(ExperimentError, match=r"FABNB_TEST_KEY \(for ref\) is empty.*needs no api_key_env"):
+        run_experiment(exp, echo=quiet)
+
+
+def test_a_server_without_a_key_needs_no_api_key_env(tmp_path, stub, monkeypatch):
+    path = write_file(tmp_path, sample=1, modes='["A"]', windows="[1]", metrics='["relevance"]')
+    path.write_text(path.read_text().replace('api_key_env = "FABNB_TEST_KEY"\n', ""))
+    monkeypatch.delenv("FABNB_TEST_KEY")
+    run = run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    assert run.status == "finished" and run.failures.empty
+    assert {h.get("authorization") for h in stub.headers} == {"Bearer not-needed"}  # a placeholder, no secret
 
 
 def test_prices_the_file_overrides_and_unknown_models():

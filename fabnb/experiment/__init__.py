@@ -32,6 +32,7 @@ fabnb.experiment.config.ExperimentError: <dict>: unknown key 'sytems' at the top
 """
 
 from .config import (
+                     RANGES,
                      SYSTEM_KINDS,
                      ContextsSpec,
                      CorpusSpec,
@@ -43,6 +44,7 @@ from .config import (
                      ReportSpec,
                      SystemKind,
                      SystemSpec,
+                     adapter_settings,
                      prices_from_table,
 )
 from .output import (
@@ -62,9 +64,9 @@ from .prices import PRICES, cost_of, price_of, price_text
 from .report import COVERAGE_COLUMNS, coverage, write_report
 from .run import ExperimentRun, run_experiment
 
-__all__ = ["COVERAGE_COLUMNS", "FAILURE_COLUMNS", "PLAN_COLUMNS", "PRICES", "PROBE_COLUMNS", "SYSTEM_KINDS",
+__all__ = ["COVERAGE_COLUMNS", "FAILURE_COLUMNS", "PLAN_COLUMNS", "PRICES", "PROBE_COLUMNS", "RANGES", "SYSTEM_KINDS",
            "TALLY_COLUMNS", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment", "ExperimentError",
            "ExperimentRun", "JudgeSpec", "Plan", "QuestionsSpec", "ReportSpec", "SystemKind", "SystemSpec",
-           "check_output", "cost_of", "coverage", "failures", "plan", "price_of", "price_text", "prices_from_table",
+           "adapter_settings", "check_output", "cost_of", "coverage", "failures", "plan", "price_of", "price_text", "prices_from_table",
            "probe_endpoints", "read_manifest", "run_experiment", "spent", "stored", "stores", "tally",
            "write_manifest", "write_report"]

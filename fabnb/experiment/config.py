@@ -30,8 +30,9 @@ from ..judge.rubrics import RUBRIC_VERSION
 from ..schema import METRICS, TEST_TYPES
 from .prices import price_of
 
-__all__ = ["SYSTEM_KINDS", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment", "ExperimentError", "JudgeSpec",
-           "QuestionsSpec", "ReportSpec", "SystemKind", "SystemSpec", "prices_from_table"]
+__all__ = ["RANGES", "SYSTEM_KINDS", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment", "ExperimentError",
+           "JudgeSpec", "QuestionsSpec", "ReportSpec", "SystemKind", "SystemSpec", "adapter_settings",
+           "prices_from_table"]
 
 
 @dataclass(frozen=True)
@@ -255,14 +256,48 @@ def _adapter_class(kind: str):
     return getattr(rag, SYSTEM_KINDS[kind].adapter)
 
 
-def _adapter_settings(kind: str) -> set[str]:
+_PROVIDED = {"self", "kwargs", "api_key", "base_url", "name", "url", "timeout", "kb"}  # from the table's own keys
+_ANNOTATION_TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool, "dict": dict, "list": list}
+
+
+def adapter_settings(kind: str) -> dict[str, tuple]:
+    """The ``settings`` keys of an adapter kind: name -> (types, required), read from the adapter's signature (and
+    :class:`fabnb.rag.HTTPAdapter`'s, whose keys every adapter accepts). The file check and the docs read this.
+
+    >>> sorted(n for n, (_, required) in adapter_settings("http").items() if required)
+    ['answer_path', 'request']
+    """
     import inspect
 
     from .. import rag
 
-    names = set(inspect.signature(_adapter_class(kind).__init__).parameters)
-    names |= set(inspect.signature(rag.HTTPAdapter.__init__).parameters)
-    return names - {"self", "kwargs", "api_key", "base_url", "name", "url", "timeout", "kb"}
+    out: dict[str, tuple] = {}
+    for cls, own in ((rag.HTTPAdapter, kind == "http"), (_adapter_class(kind), True)):
+        for name, p in inspect.signature(cls.__init__).parameters.items():
+            if name in _PROVIDED or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+                continue
+            annotation = str(p.annotation).replace(" | None", "")
+            out[name] = (_ANNOTATION_TYPES.get(annotation, object), own and p.default is inspect.Parameter.empty)
+    return dict(sorted(out.items()))
+
+
+def _check_settings(kind: str, settings: dict, where: str, text: str | None, label: str) -> None:
+    """An adapter's settings: known keys, the required ones present, each of its type."""
+    allowed = adapter_settings(kind)
+    unknown = set(settings) - set(allowed)
+    if unknown:
+        raise ExperimentError(f"{where}: {label} settings {sorted(unknown)} are not {kind} settings; "
+                              f"allowed: {', '.join(allowed)}.")
+    missing = [n for n, (_, required) in allowed.items() if required and n not in settings]
+    if missing:
+        raise ExperimentError(f"{where}: {label} ({kind}){_line_of(text, 'kind')} needs settings "
+                              + ", ".join(f"{n} ({_names(allowed[n][0])})" for n in missing)
+                              + f", e.g. settings = {{{missing[0]} = ...}}; docs/experiment.md lists each kind's.")
+    for name, value in settings.items():
+        kinds = allowed[name][0]
+        if kinds is not object and (not isinstance(value, kinds) or isinstance(value, bool) and kinds is not bool):
+            raise ExperimentError(f"{where}: {label} settings.{name} = {value!r}{_line_of(text, name)} must be "
+                                  f"{_names(kinds)}.")
 
 
 @dataclass(frozen=True)
@@ -302,10 +337,7 @@ class SystemSpec:
             ep = Endpoint.from_table(s, where, label, need_model=False)
             if not (ep.base_url or ep.base_url_env) and kind != "metaso":
                 raise ExperimentError(f"{where}: {label} ({kind}) needs base_url or base_url_env.")
-            unknown = set(settings) - _adapter_settings(kind)
-            if unknown:
-                raise ExperimentError(f"{where}: {label} settings {sorted(unknown)} are not {kind} settings; "
-                                      f"allowed: {', '.join(sorted(_adapter_settings(kind)))}.")
+            _check_settings(kind, settings, where, text, label)
             retriever = ""
         return cls(s["name"], kind, ep, retriever, dict(settings), float(s.get("timeout", 120)))
 
@@ -666,9 +698,10 @@ class Experiment:
         missing = [(s.name, v) for s in self.systems for v in s.endpoint.missing_env()]
         missing += [("judge", v) for v in self.judge.missing_env()]
         if missing:
-            raise ExperimentError(f"{self.source}: environment variable(s) not set: "
-                                  + "; ".join(f"{v} (for {who})" for who, v in missing)
-                                  + ". Export them before the run; keys never go in the file.")
+            said = "; ".join(f"{v} (for {who}) is {'empty' if v in os.environ else 'not set'}" for who, v in missing)
+            raise ExperimentError(f"{self.source}: environment variable(s) not usable: {said}. Export them before "
+                                  "the run (keys never go in the file); a server that needs no key needs no "
+                                  "api_key_env: leave the key out.")
 
     def configs(self) -> list:
         """One :class:`fabnb.rag.RAGConfig` per window."""
