@@ -694,3 +694,35 @@ def test_a_run_on_ones_own_questions_opens_in_the_explorer_with_their_test_types
     view = Explorer.from_folder(tmp_path / "out").view()
     assert len(view) and view["test_id"].str.startswith("MINE_").all()
     assert view["test_type"].eq("generation_quality").all()
+
+
+def test_a_dead_endpoint_stops_the_run_before_any_stage_and_nothing_claims_a_file(tmp_path, monkeypatch):
+    """Once: the probe failed, the run retried for 46 s and printed "wrote .../report" though no report/ existed."""
+    from fabnb.process import free_port
+
+    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FABNB_TEST_KEY", CANARY)
+    monkeypatch.setenv("FABNB_TEST_URL", f"http://127.0.0.1:{free_port()}/v1")  # nothing listens there
+    started = time.monotonic()
+    with pytest.raises(ExperimentError, match=r"did not answer its probe \(connection.*Nothing was asked.*--no-probe"):
+        run_experiment(Experiment.from_file(write_file(tmp_path, sample=1)), progress=False, echo=quiet)
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "out" / "answers.jsonl").exists() and not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_the_summary_says_report_only_when_it_wrote_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FABNB_TEST_KEY", CANARY)
+
+    def no_judge(request, n):
+        if request.get("response_format"):
+            return 200, completion("not json at all"), {}
+        return judge_or_echo(request, n)
+
+    said = []
+    with StubServer(no_judge) as server:
+        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
+        run_experiment(Experiment.from_file(write_file(tmp_path, sample=1, windows="[1]", modes='["A"]')),
+                       progress=False, probe=False, echo=said.append)
+    assert not (tmp_path / "out" / "report" / "report.md").exists()
+    assert "no analyses yet" in said[-1] and f"{tmp_path / 'out' / 'report'}" not in said[-1]

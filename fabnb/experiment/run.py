@@ -9,6 +9,7 @@ pass it.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,6 +192,12 @@ def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo) -> E
     echo(plan_.render())
     if dry_run:
         return ExperimentRun(exp.output, plan_, tally(exp, questions), "dry-run", failures(exp, questions))
+    down = plan_.probes[plan_.probes["error"].astype(bool)] if len(plan_.probes) else plan_.probes
+    if len(down):  # fail fast: a dead endpoint would fail every one of its cells, slowly, after its retries
+        raise ExperimentError(f"{exp.source}: " + "; ".join(f"{r.endpoint} did not answer its probe ({r.error})"
+                                                           for r in down.itertuples())
+                              + ". Nothing was asked. Start the server or fix base_url / base_url_env and the key, "
+                              "then run again (--no-probe skips the probe and records each failed cell instead).")
 
     out = exp.output
     out.mkdir(parents=True, exist_ok=True)
@@ -220,14 +227,17 @@ def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo) -> E
         status = "finished" if finished else "stopped-by-budget"
         held = stored(exp, questions)  # read once for the report, the manifest and the summary
         save("reporting", held)
+        started = time.time()
         report = write_report(exp, questions, held)
+        analyses = out / "report" / "report.md"
+        wrote_analyses = analyses.exists() and analyses.stat().st_mtime >= started - 1
         t = save(status, held)
     except BaseException as exc:  # a full disk, a bug, Ctrl-C: the manifest says so, never "running" for ever
         manifest["runs"][-1].update(ended=now(), status="failed", cause=f"{type(exc).__name__}: {exc}"[:500])
         _record_failure(out, manifest, echo)
         raise
     failed = failures(exp, questions, held)
-    echo(_summary_line(exp, t, failed, status))
+    echo(_summary_line(exp, t, failed, status, wrote_analyses))
     return ExperimentRun(out, plan_, t, status, failed, report)
 
 
@@ -248,7 +258,8 @@ def _record_failure(out: Path, manifest: dict, echo) -> None:
             echo(f"could not record the failure in {out / 'manifest.json'} ({exc}); its run reads 'running'.")
 
 
-def _summary_line(exp: Experiment, t: pd.DataFrame, failed: pd.DataFrame, status: str) -> str:
+def _summary_line(exp: Experiment, t: pd.DataFrame, failed: pd.DataFrame, status: str,
+                  wrote_analyses: bool = True) -> str:
     lines = [f"{status}: " + "; ".join(f"{r.system} {r.stage} {r.ok:,}/{r.planned:,} ok"
                                        + (f", {r.failed:,} failed" if r.failed else "") for r in t.itertuples())]
     if len(failed):
@@ -261,5 +272,6 @@ def _summary_line(exp: Experiment, t: pd.DataFrame, failed: pd.DataFrame, status
     lines.append(f"spent: ${spent(t):,.4f}" + (" (some models have no known price)" if t["cost_usd"].isna().any()
                                                else "")
                  + (f" of a ${exp.budget_usd:,.2f} budget" if exp.budget_usd is not None else ""))
-    lines.append(f"wrote {exp.output / 'summary.md'} and {exp.output / 'report'}")
+    lines.append(f"wrote {exp.output / 'summary.md'}" + (f" and {exp.output / 'report'}" if wrote_analyses else
+                                                          " (no analyses yet: too few scores for report/)"))
     return "\n".join(lines)
