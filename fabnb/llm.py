@@ -368,6 +368,11 @@ class LLM:
         """The endpoint's name in cache keys: the base URL (:class:`fabnb.local.EmbeddedLLM` names its model)."""
         return self.base_url
 
+    @property
+    def cache_model(self) -> str:
+        """The model's name in cache keys: the name it is served under (the embedded model keeps an older one)."""
+        return self.model
+
     def server_gone(self) -> LLMError | None:
         """After a failed connection: the error to end the call with when the server is known to be gone.
 
@@ -403,7 +408,7 @@ class LLM:
                 and "schema" in fmt:
             merged["response_format"] = {"type": "json_schema",
                                          "json_schema": {"name": "response", "schema": fmt["schema"]}}
-        return messages, merged, request_key(self.cache_endpoint, self.model, messages, merged)
+        return messages, merged, request_key(self.cache_endpoint, self.cache_model, messages, merged)
 
     def _cost(self, prompt: int, completion: int) -> float | None:
         if not self.prices:

@@ -19,7 +19,7 @@ It starts a server (the suite runs it with the ``model`` tests):
 >>> with LocalServer() as server:
 ...     reply = server.llm(cache=False).complete("Say OK.", max_tokens=4)
 >>> reply.model, reply.completion_tokens <= 4
-('gemma-3-270m-it-q4_k_m', True)
+('gemma-3-270m-q4_k_m', True)
 """
 
 from __future__ import annotations
@@ -42,10 +42,15 @@ from pathlib import Path
 from .llm import LLM, LLMError
 from .process import answers_http, free_port, port_free, start_process, stop_process, wait_ready
 
-__all__ = ["MODEL_ALIAS", "PORTABLE_INSTALL", "EmbeddedLLM", "LocalServer", "build_report", "cpu_flags", "cpu_name",
+__all__ = ["FORMER_ALIAS", "MODEL_ALIAS", "PORTABLE_INSTALL", "EmbeddedLLM", "LocalServer", "build_report", "cpu_flags", "cpu_name",
            "default_llm", "describe_exit", "model_path", "serve", "shared_server", "stop_shared_servers"]
 
-MODEL_ALIAS = "gemma-3-270m-it-q4_k_m"
+#: The name the embedded server serves its model under: Gemma 3 270M, the base model (its GGUF has no fine-tune
+#: key and no chat template), quantized Q4_K_M. Stores and manifests record it.
+MODEL_ALIAS = "gemma-3-270m-q4_k_m"
+#: The name it was served under before (it said "it", instruction-tuned, which it is not). Cache keys keep it, and
+#: stores written under it read as :data:`MODEL_ALIAS` (:data:`fabnb.schema.RENAMED_MODELS`): nothing is asked twice.
+FORMER_ALIAS = "gemma-3-270m-it-q4_k_m"
 
 #: The install command that builds llama.cpp for any x86-64 CPU with AVX2 (no AVX-512, no AMX),
 #: bypassing pip's wheel cache, which may hold a native build from before.
@@ -197,6 +202,11 @@ class EmbeddedLLM(LLM):
     @property
     def cache_endpoint(self) -> str:
         return self.cache_as or self.base_url
+
+    @property
+    def cache_model(self) -> str:
+        # The replies cached under the model's former name stay valid: the weights are the same.
+        return FORMER_ALIAS if self.cache_as and self.model == MODEL_ALIAS else self.model
 
     def server_gone(self) -> LLMError | None:
         return self.server_check() if self.server_check is not None else None
@@ -370,7 +380,7 @@ class LocalServer:
         kwargs.setdefault("schema_style", "llama.cpp")
         kwargs.setdefault("server_check", self.death)
         if self.command is None and self.model is None:  # the shipped model: the same answers whatever the port
-            kwargs.setdefault("cache_as", f"embedded:{MODEL_ALIAS}:{self.chat_format}")
+            kwargs.setdefault("cache_as", f"embedded:{FORMER_ALIAS}:{self.chat_format}")  # keys as they were
         return EmbeddedLLM(MODEL_ALIAS, self.base_url, **kwargs)
 
     def __enter__(self) -> "LocalServer":

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import FabnbError
-from .schema import RESULT_COLUMNS, RESULT_KEYS
+from .schema import RENAMED_MODELS, RESULT_COLUMNS, RESULT_KEYS
 
 __all__ = ['CutRecordWarning', 'HeldError', 'ResultsStore', 'StageRun', 'StoreError', 'append_jsonl', 'cell_key',
            'cut_records', 'hold', 'read_jsonl', 'stage_bar']
@@ -243,7 +243,8 @@ def cell_key(record: dict, keys: tuple[str, ...]) -> tuple:
     >>> cell_key({"system": "s", "context_k": 4, "test_id": "Q1"}, ("system", "context_k", "test_id"))
     ('s', 4.0, 'Q1')
     """
-    return tuple(float(record[k]) if k == "context_k" else str(record[k]) for k in keys)
+    return tuple(float(record[k]) if k == "context_k" else
+                 RENAMED_MODELS.get(str(record[k]), str(record[k])) if k == "model" else str(record[k]) for k in keys)
 
 
 class ResultsStore:
@@ -307,6 +308,8 @@ class ResultsStore:
         """
         recs = self.records(drop=drop)[0]
         frame = pd.DataFrame(recs)
+        if "model" in frame.columns:  # a model stored under a name it had before a rename reads as its name now
+            frame["model"] = frame["model"].replace(RENAMED_MODELS)
         if self.columns is not None:
             frame = frame.reindex(columns=self.columns)
         if history or frame.empty:

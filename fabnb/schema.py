@@ -9,7 +9,7 @@ score frame is the tidy long format that both the paper's published tables
 from __future__ import annotations
 
 __all__ = ['ALL_METRICS', 'AVERAGE', 'METRICS', 'METRIC_LABELS', 'MODES', 'QA_FIELDS', 'QUESTION_FORMATS',
-           'RESULT_COLUMNS', 'RESULT_KEYS', 'SCORE_KEYS', 'SCORE_RECORD_COLUMNS', 'SCORE_RECORD_KEYS',
+           'RENAMED_MODELS', 'RESULT_COLUMNS', 'RESULT_KEYS', 'SCORE_KEYS', 'SCORE_RECORD_COLUMNS', 'SCORE_RECORD_KEYS',
            'SCORE_REQUIRED', 'TEST_TYPES']
 
 #: The six diagnostic metrics of FAB-Bench Section 3.4, in the paper's table order.
@@ -73,6 +73,10 @@ MODES: dict[str, str] = {"A": "with_kb (system's own retrieval)", "B": "without_
 
 #: The key of one RAG answer in a results store (:class:`fabnb.records.ResultsStore`): one cell of the grid.
 RESULT_KEYS: tuple[str, ...] = ("system", "model", "context_k", "mode", "test_id")
+
+#: Model names that stores may hold from before a rename, and the name each is read as (the embedded model's
+#: alias said "it", instruction-tuned, which the base model is not): a cell stored under the old name is done.
+RENAMED_MODELS: dict[str, str] = {"gemma-3-270m-it-q4_k_m": "gemma-3-270m-q4_k_m"}
 #: The columns of a results store's frame, in order.
 RESULT_COLUMNS: list[str] = [*RESULT_KEYS, "output_tokens", "status", "cause", "error", "answer", "n_sources",
                              "sources_exposed", "sources", "gold_retrieved", "context_tokens", "prompt_tokens",

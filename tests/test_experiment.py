@@ -726,3 +726,28 @@ def test_the_summary_says_report_only_when_it_wrote_one(tmp_path, monkeypatch):
                        progress=False, probe=False, echo=said.append)
     assert not (tmp_path / "out" / "report" / "report.md").exists()
     assert "no analyses yet" in said[-1] and f"{tmp_path / 'out' / 'report'}" not in said[-1]
+
+
+@pytest.mark.parametrize("stored_as", ["gemma-3-270m-it-q4_k_m", "gemma-3-270m-q4_k_m"],
+                         ids=["before the rename", "after"])
+def test_a_finished_embedded_model_folder_plans_nothing_to_do(tmp_path, stored_as):
+    """Once: "63 calls planned, 0 done" on the folder of a complete run (the plan keyed on "embedded", the stores
+    on the served name). Stores written under the model's former alias count as done too."""
+    from fabnb.judge import score_store
+    from fabnb.local import MODEL_ALIAS
+    from fabnb.records import ResultsStore
+
+    exp = Experiment.from_dict({"name": "offline", "output": str(tmp_path / "out"), "questions": {"sample": 2},
+                                "contexts": {"windows": [0.5, 1]}, "judge": {"metrics": ["relevance", "depth"]},
+                                "systems": [{"name": "local", "model": "embedded"}]})
+    assert exp.systems[0].model == MODEL_ALIAS and "-it-" not in MODEL_ALIAS  # a base model, named as one
+    answers, scores = ResultsStore(tmp_path / "out" / "answers.jsonl"), score_store(tmp_path / "out" / "scores.jsonl")
+    for q in exp.questions()["test_id"]:
+        for k in exp.windows:
+            cell = {"system": "local", "model": stored_as, "context_k": k, "mode": "A", "test_id": q}
+            answers.append({**cell, "status": "ok", "answer": "a"})
+            for metric in exp.metrics:
+                scores.append({**cell, "metric": metric, "replicate": 0, "status": "ok", "score": 0.5})
+    p = plan(exp, probe=False)
+    assert p.table["calls"].sum() == 2 * 2 + 2 * 2 * 2 and p.table["todo"].sum() == 0, p.render()
+    assert set(ResultsStore(tmp_path / "out" / "answers.jsonl").frame()["model"]) == {MODEL_ALIAS}

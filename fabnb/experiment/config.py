@@ -343,7 +343,12 @@ class SystemSpec:
 
     @property
     def model(self) -> str:
-        """The model label the stores use."""
+        """The model label the stores use: for the embedded model, the name its server serves it under (what the
+        answers record), so that the plan, the stores and the manifest name it alike."""
+        if self.kind == "reference" and self.endpoint.embedded:
+            from ..local import MODEL_ALIAS
+
+            return MODEL_ALIAS
         return self.endpoint.model or self.settings.get("model") or self.kind
 
     @property
