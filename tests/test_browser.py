@@ -164,8 +164,18 @@ def test_rating_notebook_in_a_real_browser(lab):
             saved = Path(lab["downloads"]) / filename
             info.value.save_as(saved)
             downloaded = saved.read_text()
+
+            # The notebook's last cell: a download link for the ratings folder (once a 404: the href was the
+            # zip's absolute path on disk). JupyterLab resolves it to its files route, and the zip comes back.
+            link = page.locator(".jp-OutputArea-output a", has_text="ratings.zip").last
+            link.wait_for(timeout=60_000)
+            page.wait_for_function("document.querySelector('.jp-OutputArea-output a[href*=\"ratings.zip\"]')"
+                                   ".href.includes('/files/')", timeout=30_000)
+            reply = page.request.get(link.evaluate("a => a.href"))
+            archive = reply.body()
         finally:
             browser.close()
+    assert reply.status == 200 and archive[:2] == b"PK", (reply.status, archive[:200])
 
     assert filename == "ratings-browser.csv"
     assert downloaded.count("\n") == 9  # header + 2 items x 4 dimensions

@@ -277,7 +277,7 @@ def test_an_unset_environment_variable_is_named_before_any_call(tmp_path, monkey
     monkeypatch.delenv("FABNB_TEST_URL", raising=False)
     monkeypatch.delenv("FABNB_TEST_KEY", raising=False)
     exp = Experiment.from_file(write_file(tmp_path))
-    with pytest.raises(ExperimentError, match="FABNB_TEST_URL .for ref. is not set.*FABNB_TEST_KEY .for ref.*for judge"):
+    with pytest.raises(ExperimentError, match="FABNB_TEST_URL .for ref. is not set.*FABNB_TEST_KEY .for ref.*judge"):
         run_experiment(exp, echo=quiet)
     assert not (tmp_path / "out").exists()
     monkeypatch.setenv("FABNB_TEST_KEY", "")  # once reported as "not set"

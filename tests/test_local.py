@@ -14,6 +14,7 @@ from fabnb.generation import GenerationConfig, generate_qa, quoted_share
 from fabnb.llm import LLMError, ResponseCache
 from fabnb.local import PORTABLE_INSTALL, LocalServer, build_report
 
+from conftest import ROOT
 from gen_helpers import notebook_parameters
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_llama_server.py"))]
@@ -244,3 +245,20 @@ def test_logprobs_rows_computed_when_read_equal_llama_cpps_own():
     assert isinstance(lazy, patched.RowLogprobs) and len(lazy) == 40
     assert np.array_equal(np.stack(list(lazy[7:])), full[7:]) and np.array_equal(lazy[3], full[3])
     assert np.array_equal(Llama.logits_to_logprobs(logits[5]), full[5])  # 1-D calls are unchanged
+
+
+def test_the_reinstall_line_installs_the_local_extra_with_its_dependencies():
+    """Once the printed fix looped: ``--no-deps`` never installed the server's own dependencies (uvicorn, ...)."""
+    import shlex
+    import tomllib
+
+    from fabnb.local import LOCAL_REQUIREMENTS
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["local"]
+    assert list(LOCAL_REQUIREMENTS) == extra  # the line is made from the pins pyproject.toml installs
+    rebuild, complete = PORTABLE_INSTALL.split(" && ")
+    assert rebuild.startswith('CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --no-cache-dir --force-reinstall --no-deps')
+    assert shlex.split(rebuild)[-1] == extra[0].replace("[server]", "")  # llama.cpp alone, rebuilt portably
+    words = shlex.split(complete)
+    assert words[:3] == ["pip", "install", "--no-cache-dir"] and "--no-deps" not in words
+    assert words[3:] == extra  # then every package of the extra, with its dependencies

@@ -233,3 +233,24 @@ def test_rating_app_view_asks_a_name_then_shows_only_the_panel(tmp_path, fab_ben
     page = rating_app()
     assert isinstance(page, RatingAppView) and len(page.app.items) == 3
     assert page.app.store.folder == tmp_path / "env-ratings"
+
+
+def test_download_links_are_relative_to_the_notebook_folder(tmp_path, monkeypatch):
+    """Once the href was the zip's absolute path on disk: Jupyter answered 404."""
+    import zipfile
+
+    from fabnb.widgets import download_link
+
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    (work / "outputs" / "run").mkdir(parents=True)
+    (work / "outputs" / "run" / "a.csv").write_text("x\n")
+    (elsewhere / "ratings").mkdir(parents=True)
+    (elsewhere / "ratings" / "ana.jsonl").write_text("{}\n")
+    (elsewhere / "one.csv").write_text("y\n")
+    monkeypatch.chdir(work)
+    inside = download_link(work / "outputs" / "run")
+    assert inside.path == "outputs/run.zip" and zipfile.ZipFile(work / inside.path).namelist() == ["a.csv"]
+    outside = download_link(elsewhere / "ratings")  # outside Jupyter's root: brought in first
+    assert outside.path == "downloads/ratings.zip" and (work / outside.path).exists()
+    assert download_link(elsewhere / "one.csv").path == "downloads/one.csv"
+    assert "href='outputs/run.zip'" in inside._repr_html_()
