@@ -59,7 +59,8 @@ def _run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     try:
         exp = Experiment.from_file(args.file, output=args.out)
-        run = run_experiment(exp, dry_run=args.dry_run, probe=not args.no_probe, progress=not args.no_progress)
+        run = run_experiment(exp, dry_run=args.dry_run, probe=not args.no_probe, progress=not args.no_progress,
+                             endpoint_moved=args.endpoint_moved or ())
     except FabnbError as exc:
         print(f"fabnb run: {exc}", file=sys.stderr)
         return 2
@@ -128,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="output folder (default: the file's output)")
     run.add_argument("--no-probe", action="store_true", help="do not measure the endpoints with a probe call")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--endpoint-moved", action="append", metavar="SYSTEM",
+                     help="this system's (or the judge's) server moved to a new address but is the same server: "
+                          "keep its cells (recorded in the manifest); repeat for several")
     run.set_defaults(run=_run)
     rate = sub.add_parser("rate", help="the rating app for experts (--serve), or each rater's progress")
     rate.add_argument("--serve", action="store_true", help="serve the app (Voilà) on 127.0.0.1 and print its URL")

@@ -751,3 +751,30 @@ def test_a_finished_embedded_model_folder_plans_nothing_to_do(tmp_path, stored_a
     p = plan(exp, probe=False)
     assert p.table["calls"].sum() == 2 * 2 + 2 * 2 * 2 and p.table["todo"].sum() == 0, p.render()
     assert set(ResultsStore(tmp_path / "out" / "answers.jsonl").frame()["model"]) == {MODEL_ALIAS}
+
+
+def test_a_server_on_a_new_port_is_the_same_server_when_the_user_says_so(tmp_path, monkeypatch):
+    """Once the only way on after a local server moved port was a new output folder."""
+    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FABNB_TEST_KEY", CANARY)
+    path = write_file(tmp_path, sample=1, windows="[1]", modes='["A"]', metrics='["relevance"]')
+    with StubServer(judge_or_echo) as first:
+        monkeypatch.setenv("FABNB_TEST_URL", first.base_url)
+        run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    with StubServer(judge_or_echo) as moved:
+        monkeypatch.setenv("FABNB_TEST_URL", moved.base_url)
+        with pytest.raises(ExperimentError, match="--endpoint-moved ref --endpoint-moved judge"):
+            run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+        with pytest.raises(ExperimentError, match="names \\['nope'\\]"):
+            run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet,
+                           endpoint_moved=["nope"])
+        run = run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet,
+                             endpoint_moved=["ref", "judge"])
+        assert run.status == "finished" and moved.requests == []  # every cell was stored: nothing asked again
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["runs"][-1]["endpoint_moved"]["ref"] == {"from": f"{first.base_url} stub-answerer",
+                                                             "to": f"{moved.base_url} stub-answerer"}
+    # Another model at the new address is not a move: that is refused whatever the option says.
+    path.write_text(path.read_text().replace('model = "stub-answerer"', 'model = "other-model"'))
+    with pytest.raises(ExperimentError, match="stub-answerer' -> .* other-model"):
+        run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet, endpoint_moved=["ref"])

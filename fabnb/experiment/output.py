@@ -77,12 +77,14 @@ def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
     return out
 
 
-def check_output(exp: Experiment) -> dict | None:
+def check_output(exp: Experiment, moved=()) -> dict | None:
     """Refuse an output folder that holds another experiment, or this one with changed cells.
 
     Adding windows, questions or systems is fine; changing what an existing system's cells
     mean (its endpoint, model, retriever, chunking, output budget, the retrieval knobs) or
     the judge (endpoint, rubric version, logprobs, limits) is refused, naming the difference.
+    ``moved`` names systems (or ``"judge"``) whose server only moved (a new address, the same
+    model): their endpoint's address may differ (``fabnb run --endpoint-moved NAME``).
 
     Returns the folder's manifest (None for a new folder).
 
@@ -105,17 +107,36 @@ def check_output(exp: Experiment) -> dict | None:
         raise ExperimentError(f"the output folder {out} holds the experiment {manifest.get('name')!r}, not "
                               f"{exp.name!r}; choose another output folder (results are never mixed).")
     old, new = manifest.get("signatures", {}), exp.signatures()
-    diffs = []
-    for name, sig in new["systems"].items():
-        if name in old.get("systems", {}):
-            diffs += [f"systems.{name}.{d}" for d in _differences(old["systems"][name], sig)]
+    unknown = set(moved) - set(new["systems"]) - {"judge"}
+    if unknown:
+        raise ExperimentError(f"{exp.source}: --endpoint-moved names {sorted(unknown)}, not a system of the file nor "
+                              f"the judge; systems: {', '.join(new['systems'])}.")
+    diffs, movable = [], []
+    pairs = [(f"systems.{n}", old["systems"][n], s, n) for n, s in new["systems"].items() if n in old.get("systems", {})]
+    pairs += [("judge", old.get("judge", {}), new["judge"], "judge")]
+    for prefix, before, after, name in pairs:
+        for d in _differences(before, after):
+            if d.startswith("endpoint:") and _same_model(before.get("endpoint"), after.get("endpoint")):
+                if name in moved:
+                    continue  # the same server at a new address, as the user said
+                movable.append(name)
+            diffs.append(f"{prefix}.{d}")
     diffs += [f"contexts.{d}" for d in _differences(old.get("retrieval", {}), new["retrieval"])]
-    diffs += [f"judge.{d}" for d in _differences(old.get("judge", {}), new["judge"])]
     if diffs:
+        hint = (f" If only the server's address changed (the same server on a new port), say so: fabnb run "
+                + " ".join(f"--endpoint-moved {n}" for n in movable) + " (recorded in the manifest)."
+                if movable else "")
         raise ExperimentError(f"{exp.source}: the output folder {out} holds cells made with other settings: "
                               + "; ".join(diffs) + ". Their results would no longer match the file. Undo the change, "
-                              "or give the changed experiment a new output folder (it starts afresh).")
+                              "or give the changed experiment a new output folder (it starts afresh)." + hint)
     return manifest
+
+
+def _same_model(old: str | None, new: str | None) -> bool:
+    """Whether two endpoint identities ('URL model') name the same model at two addresses."""
+    if not old or not new or old == new or " " not in old or " " not in new:
+        return False
+    return old.split(" ", 1)[1] == new.split(" ", 1)[1]
 
 
 def versions() -> dict:

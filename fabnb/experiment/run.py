@@ -131,7 +131,7 @@ def _judge_stage(exp: Experiment, questions: pd.DataFrame, plan_: Plan, bar) -> 
 
 
 def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe: bool = True,
-                   progress: bool = True, echo=print) -> ExperimentRun:
+                   progress: bool = True, echo=print, endpoint_moved=()) -> ExperimentRun:
     """Run (or, with ``dry_run``, plan) an experiment into its output folder.
 
     Stages: answers (:func:`fabnb.rag.run_grid`), judge scores
@@ -151,6 +151,9 @@ def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe
         One progress bar over the stages, with done/total and an ETA.
     echo : callable
         Where the plan and the summary lines go (``print``).
+    endpoint_moved : iterable of str
+        Systems (or ``"judge"``) whose server moved to a new address but is the same server (the same model):
+        the folder's cells stay theirs, and the move is recorded in the manifest.
 
     Returns
     -------
@@ -170,19 +173,20 @@ def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe
     """
     exp = Experiment.from_file(exp) if isinstance(exp, (str, Path)) else exp
     exp.check_environment()
+    moved = tuple(endpoint_moved)
     if dry_run:
-        return _run(exp, dry_run, probe, progress, echo)
+        return _run(exp, dry_run, probe, progress, echo, moved)
     try:
         exp.output.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ExperimentError(f"{exp.source}: output = {str(exp.output)!r} cannot be made a folder "
                               f"({exc.strerror or exc}); name a folder you can write to.") from None
     with hold(exp.output, f"the experiment {exp.name!r}"):  # one run per folder: a second is refused at once
-        return _run(exp, dry_run, probe, progress, echo)
+        return _run(exp, dry_run, probe, progress, echo, moved)
 
 
-def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo) -> ExperimentRun:
-    old = check_output(exp)
+def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo, moved: tuple) -> ExperimentRun:
+    old = check_output(exp, moved)
     cache: dict = {"questions": exp.questions(), "chunks": exp.chunks()}
     questions = cache["questions"]
     # Building a system starts nothing but the embedded server; a dry run without probes starts nothing at all.
@@ -202,6 +206,12 @@ def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo) -> E
     out = exp.output
     out.mkdir(parents=True, exist_ok=True)
     manifest = _start_manifest(exp, old, plan_, questions)
+    if moved and old is not None:
+        before, now_ = old.get("signatures", {}), exp.signatures()
+        manifest["runs"][-1]["endpoint_moved"] = {
+            n: {"from": (before.get("judge", {}) if n == "judge" else before.get("systems", {}).get(n, {})
+                         ).get("endpoint"),
+                "to": (now_["judge"] if n == "judge" else now_["systems"][n])["endpoint"]} for n in moved}
     write_manifest(out, manifest)
 
     def save(status: str, held: tuple | None = None) -> pd.DataFrame:
