@@ -35,7 +35,7 @@ from .errors import FabnbError
 from .records import append_jsonl, read_jsonl
 from .stats import icc, krippendorff_alpha, weighted_kappa  # noqa: F401 - re-exported: fabnb.rating.icc, ...
 
-__all__ = ['BLIND_FIELDS', 'DIMENSIONS', 'RATING_COLUMNS', 'RatingApp', 'RatingError', 'RatingSession', 'RatingStore',
+__all__ = ['ANCHORS', 'ANCHORS_SOURCE', 'BLIND_FIELDS', 'DIMENSIONS', 'RATING_COLUMNS', 'RatingApp', 'RatingError', 'RatingSession', 'RatingStore',
            'MAX_RATER_NAME', 'SCALE', 'SCHEMES', 'VERDICT_DIMENSIONS', 'agreement', 'app_notebook', 'assign', 'icc',
            'krippendorff_alpha', 'overlap', 'quality_table', 'rating_items', 'rating_matrix', 'read_manifest',
            'rater_key', 'read_rating_file', 'serve_app', 'weighted_kappa', 'write_manifests']
@@ -48,6 +48,18 @@ DIMENSIONS: dict[str, str] = {
     "diversity": "Novelty relative to the other questions.",
 }
 SCALE = (1, 5)
+#: What the two ends of each dimension's scale mean, shown beside its buttons. The paper (Appendix D) names the
+#: four dimensions and the 1-5 scale but gives no anchor text, so these are the kit's own words
+#: (:data:`ANCHORS_SOURCE` says so on screen).
+ANCHORS: dict[str, tuple[str, str]] = {
+    "accuracy": ("the answer is wrong or not supported by the context", "fully correct and supported by it"),
+    "relevance": ("question and answer are off the context's subject", "both are squarely about the context"),
+    "difficulty": ("answered by reading one sentence", "needs several passages and reasoning over them"),
+    "diversity": ("repeats another question of the set", "asks what no other question asks"),
+    "failed": ("the answer passes the test", "the answer fails it (wrong, unfaithful, incomplete, or answers "
+                                              "what it should refuse)"),
+}
+ANCHORS_SOURCE = "Scale ends in fabnb's words (the paper gives the dimensions and the 1-5 scale, not anchor text)."
 #: RAG-TESTER's human check of an oracle verdict (the reviewer's objection 2): one binary label.
 VERDICT_DIMENSIONS: dict[str, str] = {
     "failed": "1 if the answer fails the test (wrong, unfaithful, incomplete, or answers what it should refuse); "

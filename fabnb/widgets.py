@@ -29,7 +29,7 @@ import pandas as pd
 import traitlets
 
 from .errors import FabnbError
-from .rating import RatingApp, RatingError
+from .rating import ANCHORS, ANCHORS_SOURCE, RatingApp, RatingError
 
 __all__ = ['CorpusInspector', 'QACurator', 'RatingAppView', 'RatingPanel', 'ResultsExplorer', 'download_link',
            'rating_app']
@@ -117,6 +117,7 @@ class RatingPanel(_View):
     blind = traitlets.Bool(True).tag(sync=True)
     dimensions = traitlets.List().tag(sync=True)
     scale = traitlets.List().tag(sync=True)
+    anchors_source = traitlets.Unicode("").tag(sync=True)
     position = traitlets.Int(0).tag(sync=True)
     total = traitlets.Int(0).tag(sync=True)
     done = traitlets.Int(0).tag(sync=True)
@@ -130,7 +131,9 @@ class RatingPanel(_View):
         start = session.order.index(resume) if resume is not None else 0
         super().__init__(rater=session.rater, blind=session.blind, total=len(session.order),
                          fields=[list(f) for f in self.FIELDS[session.kind]],
-                         dimensions=[{"name": d, "definition": m} for d, m in session.dimensions.items()],
+                         dimensions=[{"name": d, "definition": m, "low": ANCHORS.get(d, ("", ""))[0],
+                                      "high": ANCHORS.get(d, ("", ""))[1]} for d, m in session.dimensions.items()],
+                         anchors_source=ANCHORS_SOURCE,
                          scale=list(range(session.scale[0], session.scale[1] + 1)), **kwargs)
         self._show(start)
 

@@ -366,7 +366,10 @@ def _click_score(page, dimension: str, value: int) -> None:
 
 
 def test_two_tabs_of_one_rater_keep_every_saved_field_in_a_real_browser(tmp_path, fab_bench_dir):
-    """Tab A rates accuracy, tab B relevance, tab A difficulty: all three are the rating (B's was once lost)."""
+    """Tab A rates accuracy, tab B relevance, tab A difficulty: all three are the rating (B's was once lost).
+
+    Tab B is a phone (400 px wide): the scale's ends are on screen, nothing scrolls sideways, each dimension's
+    buttons stay on one line, and it finishes rating the item."""
     from playwright.sync_api import sync_playwright
 
     qa = _hostile_qa(fab_bench_dir, tmp_path / "qa")
@@ -375,7 +378,7 @@ def test_two_tabs_of_one_rater_keep_every_saved_field_in_a_real_browser(tmp_path
         with sync_playwright() as pw:
             browser = _chromium(pw)
             try:
-                tabs = [browser.new_page(), browser.new_page()]
+                tabs = [browser.new_page(), browser.new_page(viewport={"width": 400, "height": 800})]
                 for tab in tabs:
                     tab.goto(url)
                     name = tab.locator(".fabnb-rater-name input")
@@ -388,10 +391,22 @@ def test_two_tabs_of_one_rater_keep_every_saved_field_in_a_real_browser(tmp_path
                 _click_score(tabs[0], "accuracy", 4)
                 _click_score(tabs[1], "relevance", 2)
                 _click_score(tabs[0], "difficulty", 5)
+                phone = tabs[1]
+                assert "1 = the answer is wrong" in phone.locator(".fabnb-dim[data-dimension='accuracy']").inner_text()
+                assert "fabnb's words" in phone.locator(".fabnb-anchors-source").inner_text()
+                assert phone.evaluate("document.documentElement.scrollWidth") <= 400
+                for dim in ("accuracy", "relevance", "difficulty", "diversity"):
+                    tops = phone.locator(f".fabnb-dim[data-dimension='{dim}'] .fabnb-score").evaluate_all(
+                        "bs => bs.map(b => Math.round(b.getBoundingClientRect().top))")
+                    assert len(tops) == 5 and len(set(tops)) == 1, (dim, tops)  # one line of five buttons
+                _click_score(phone, "diversity", 3)
+                phone.wait_for_function("document.querySelector('.fabnb-rating .fabnb-progress')"
+                                        ".textContent.includes('1 rated')", timeout=30_000)
             finally:
                 browser.close()
     ratings = RatingStore(tmp_path / "ratings").ratings()
-    assert ratings.set_index("dimension")["score"].to_dict() == {"accuracy": 4, "relevance": 2, "difficulty": 5}
+    assert ratings.set_index("dimension")["score"].to_dict() == {"accuracy": 4, "relevance": 2, "difficulty": 5,
+                                                                 "diversity": 3}
     assert set(ratings["item_id"]) == {ids[0]}
 
 

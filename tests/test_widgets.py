@@ -137,8 +137,10 @@ def test_front_end_files_show_text_as_text_and_fetch_nothing(name):
     assert not re.search(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|new Function", js)
     assert not re.search(r"\bimport\b|fetch\(|https?://", js)  # offline: no imports, no CDN, no requests
     css = (WIDGETS / f"{name}.css").read_text()
-    rules = [r.strip() for r in re.findall(r"(?:^|})\s*([^{}]+)\{", css)]
-    assert rules and all(r.startswith(f".fabnb-{name}") for r in rules)  # anywidget CSS is global: stay scoped
+    css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
+    rules = [r.strip() for r in re.findall(r"(?:^|[{}])\s*([^{}]+)\{", css)]
+    # anywidget CSS is global: every rule stays scoped (an @media block's rules too).
+    assert rules and all(r.startswith((f".fabnb-{name}", "@media ")) for r in rules), rules
 
 
 KILLED = """
@@ -254,3 +256,12 @@ def test_download_links_are_relative_to_the_notebook_folder(tmp_path, monkeypatc
     assert outside.path == "downloads/ratings.zip" and (work / outside.path).exists()
     assert download_link(elsewhere / "one.csv").path == "downloads/one.csv"
     assert "href='outputs/run.zip'" in inside._repr_html_()
+
+
+def test_each_dimension_says_what_its_ends_mean(items, tmp_path):
+    from fabnb.rating import ANCHORS, DIMENSIONS
+
+    panel = RatingPanel(RatingSession(items, "ana", RatingStore(tmp_path)))
+    shown = {d["name"]: (d["low"], d["high"]) for d in panel.dimensions}
+    assert set(shown) == set(DIMENSIONS) and all(low and high for low, high in shown.values())
+    assert shown == {d: ANCHORS[d] for d in DIMENSIONS} and "fabnb's words" in panel.anchors_source

@@ -67,6 +67,13 @@ function render({ model, el }) {
       const label = h("div", "fabnb-dim-label");
       label.appendChild(h("b", null, d.name));
       label.appendChild(h("span", "fabnb-def", d.definition));
+      if (d.low || d.high) {
+        const sc = model.get("scale");
+        const ends = h("div", "fabnb-anchors");
+        ends.appendChild(h("span", "fabnb-anchor-low", sc[0] + " = " + d.low));
+        ends.appendChild(h("span", "fabnb-anchor-high", sc[sc.length - 1] + " = " + d.high));
+        label.appendChild(ends);
+      }
       label.addEventListener("click", () => { active = i; draw(); root.focus(); });
       row.appendChild(label);
       const buttons = h("div", "fabnb-scores");
@@ -85,6 +92,7 @@ function render({ model, el }) {
       grid.appendChild(row);
     });
     root.appendChild(grid);
+    if (model.get("anchors_source")) root.appendChild(h("div", "fabnb-anchors-source", model.get("anchors_source")));
 
     const comment = h("textarea", "fabnb-comment");
     comment.placeholder = "Comment (saved when you leave the box)";
