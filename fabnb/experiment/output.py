@@ -123,7 +123,7 @@ def check_output(exp: Experiment, moved=()) -> dict | None:
             diffs.append(f"{prefix}.{d}")
     diffs += [f"contexts.{d}" for d in _differences(old.get("retrieval", {}), new["retrieval"])]
     if diffs:
-        hint = (f" If only the server's address changed (the same server on a new port), say so: fabnb run "
+        hint = (" If only the server's address changed (the same server on a new port), say so: fabnb run "
                 + " ".join(f"--endpoint-moved {n}" for n in movable) + " (recorded in the manifest)."
                 if movable else "")
         raise ExperimentError(f"{exp.source}: the output folder {out} holds cells made with other settings: "
