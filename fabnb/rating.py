@@ -35,10 +35,11 @@ from .errors import FabnbError
 from .records import append_jsonl, read_jsonl
 from .stats import icc, krippendorff_alpha, weighted_kappa  # noqa: F401 - re-exported: fabnb.rating.icc, ...
 
-__all__ = ['ANCHORS', 'ANCHORS_SOURCE', 'BLIND_FIELDS', 'DIMENSIONS', 'RATING_COLUMNS', 'RatingApp', 'RatingError', 'RatingSession', 'RatingStore',
-           'MAX_RATER_NAME', 'SCALE', 'SCHEMES', 'VERDICT_DIMENSIONS', 'agreement', 'app_notebook', 'assign', 'icc',
-           'krippendorff_alpha', 'overlap', 'quality_table', 'rating_items', 'rating_matrix', 'read_manifest',
-           'rater_key', 'read_rating_file', 'serve_app', 'weighted_kappa', 'write_manifests']
+__all__ = ['ANCHORS', 'ANCHORS_SOURCE', 'BLIND_FIELDS', 'DIMENSIONS', 'RATING_COLUMNS', 'RatingApp', 'RatingError',
+           'RatingSession', 'RatingStore', 'MAX_RATER_NAME', 'SCALE', 'SCHEMES', 'VERDICT_DIMENSIONS', 'agreement',
+           'app_notebook', 'assign', 'icc', 'krippendorff_alpha', 'overlap', 'quality_table', 'rating_items',
+           'rating_matrix', 'read_manifest', 'rater_key', 'read_rating_file', 'serve_app', 'weighted_kappa',
+           'write_manifests']
 
 #: Appendix D's four dimensions and their one-line definitions (1-5 scale).
 DIMENSIONS: dict[str, str] = {

@@ -112,7 +112,8 @@ def check_output(exp: Experiment, moved=()) -> dict | None:
         raise ExperimentError(f"{exp.source}: --endpoint-moved names {sorted(unknown)}, not a system of the file nor "
                               f"the judge; systems: {', '.join(new['systems'])}.")
     diffs, movable = [], []
-    pairs = [(f"systems.{n}", old["systems"][n], s, n) for n, s in new["systems"].items() if n in old.get("systems", {})]
+    pairs = [(f"systems.{n}", old["systems"][n], s, n) for n, s in new["systems"].items()
+             if n in old.get("systems", {})]
     pairs += [("judge", old.get("judge", {}), new["judge"], "judge")]
     for prefix, before, after, name in pairs:
         for d in _differences(before, after):
