@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 _SUBMODULES = ("schema", "published", "datasets", "corpus", "terms", "vectors", "synthesis", "passages",
                "llm", "local", "generation", "testcases", "documents", "curation", "access", "rating", "rag", "judge",
                "experiment", "explorer", "study", "records", "widgets", "scores", "analysis", "plots", "claims",
-               "report", "cli", "doctor", "errors", "stats", "paths", "process", "text", "tokens")
+               "report", "cli", "doctor", "errors", "stats", "paths", "process", "pages", "text", "tokens")
 
 
 from .errors import CausedError, FabnbError  # noqa: E402 - light: no third-party import

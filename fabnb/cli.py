@@ -89,6 +89,17 @@ def _rate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _explore(args: argparse.Namespace) -> int:
+    from .errors import FabnbError
+    from .explorer import serve_explorer
+
+    try:
+        return serve_explorer(args.folder, port=args.port)
+    except (FabnbError, FileNotFoundError) as exc:
+        print(f"fabnb explore: {exc}", file=sys.stderr)
+        return 2
+
+
 def _serve_local(args: argparse.Namespace) -> int:
     from .llm import LLMError
     from .local import serve
@@ -133,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="this system's (or the judge's) server moved to a new address but is the same server: "
                           "keep its cells (recorded in the manifest); repeat for several")
     run.set_defaults(run=_run)
+    exp = sub.add_parser("explore", help="the results explorer of a run folder as a page of its own (Voilà)")
+    exp.add_argument("folder", help="the output folder of fabnb run")
+    exp.add_argument("--port", type=int, help="port (default: a free one)")
+    exp.set_defaults(run=_explore)
     rate = sub.add_parser("rate", help="the rating app for experts (--serve), or each rater's progress")
     rate.add_argument("--serve", action="store_true", help="serve the app (Voilà) on 127.0.0.1 and print its URL")
     rate.add_argument("--qa", help="a folder of FAB-Bench-format QA files (default: the released 200 pairs)")

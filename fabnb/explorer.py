@@ -36,7 +36,7 @@ import pandas as pd
 
 from .schema import METRICS, RESULT_KEYS
 
-__all__ = ["CELL_COLUMNS", "Explorer"]
+__all__ = ["CELL_COLUMNS", "EXPLORE_CELL", "Explorer", "serve_explorer"]
 
 #: The columns of :meth:`Explorer.view`, before the metric columns.
 CELL_COLUMNS = [*RESULT_KEYS, "test_type", "question_format", "state", "gold_retrieved", "judge_failures", "average"]
@@ -319,3 +319,34 @@ def _plain(value):
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+#: The explorer page's one cell (``fabnb explore DIR``): Voilà runs it and hides it.
+EXPLORE_CELL = "from fabnb.widgets import explorer_app\n\nexplorer_app()"
+
+
+def serve_explorer(folder: str | Path, port: int | None = None, echo=print, timeout: float = 60.0) -> int:
+    """Serve the results explorer of a run folder as a page of its own, on 127.0.0.1, until stopped
+    (``fabnb explore DIR``): for people who do not use JupyterLab. The folder is checked here first.
+
+    The page is :class:`fabnb.widgets.ResultsExplorer` over :meth:`Explorer.from_folder`; its
+    "export CSV" writes ``explorer-view.csv`` into the folder. It serves loopback only: the
+    results are not for other machines (the rating app has the access control for that).
+
+    Returns
+    -------
+    int
+        Voilà's exit status (0 after Ctrl-C, SIGTERM or SIGHUP).
+    """
+    import os
+
+    from .pages import serve_page
+    from .process import free_port
+
+    folder = Path(folder).resolve()
+    cells = len(Explorer.from_folder(folder).cells)  # a folder that is not a run's says so here, with its name
+    port = port or free_port()
+    env = {**os.environ, "FABNB_EXPLORE_DIR": str(folder)}
+    return serve_page(EXPLORE_CELL, env, port=port, echo=echo, timeout=timeout, name="explore",
+                      ready=f"Results explorer: http://127.0.0.1:{port}/  ({cells} cells of {folder}; Ctrl-C "
+                            "stops it)")

@@ -690,16 +690,9 @@ APP_CELL = "from fabnb.widgets import rating_app\n\nrating_app()"
 def app_notebook(path: str | Path) -> Path:
     """Write the rating app's notebook (:data:`APP_CELL`, no outputs) to ``path``; the repository's
     ``apps/rate.ipynb`` (the Binder link's page) is this file."""
-    path = Path(path)
-    cell = {"cell_type": "code", "execution_count": None, "id": "0", "metadata": {}, "outputs": [],  # as nbstripout
-            "source": APP_CELL.splitlines(keepends=True)}
-    nb = {"cells": [cell], "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
-                                                       "name": "python3"},
-                                        "language_info": {"name": "python"}},
-          "nbformat": 4, "nbformat_minor": 5}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(nb, indent=1) + "\n", encoding="utf-8")
-    return path
+    from .pages import one_cell_notebook
+
+    return one_cell_notebook(path, APP_CELL)
 
 
 def serve_app(qa: str | Path | None = None, ratings: str | Path = "ratings", manifests: str | Path | None = None,
@@ -740,53 +733,35 @@ def serve_app(qa: str | Path | None = None, ratings: str | Path = "ratings", man
         Voilà's exit status (0 after Ctrl-C).
     """
     import os
-    import shutil
-    import sys
-    import tempfile
 
     from .access import ACCESS_ENV, issue_links, read_links
-    from .process import answers_tcp, free_port, start_process, stop_on_signals, stop_process, wait_ready
+    from .pages import PageError, serve_page
+    from .process import free_port
 
     app = RatingApp.from_folders(qa, ratings, manifests)  # a bad folder fails here, with its name
     port = port or free_port(host)
     env = {k: v for k, v in os.environ.items() if k not in ("FABNB_QA_DIR", "FABNB_MANIFESTS_DIR", ACCESS_ENV)}
-    guarded = host != "127.0.0.1" or bool(raters)  # beyond loopback, or behind a proxy: tokens
-    if guarded:
-        links = issue_links(raters or app.raters_with_manifest(), url or f"http://{host}:{port}/",
-                            Path(ratings) / "access")
-        env[ACCESS_ENV] = str((links.parent / "access.json").resolve())
-    folder = Path(tempfile.mkdtemp(prefix="fabnb-rate-"))
-    notebook = app_notebook(folder / "rate.ipynb")
     env["FABNB_RATINGS_DIR"] = str(Path(ratings).resolve())
     if qa:
         env["FABNB_QA_DIR"] = str(Path(qa).resolve())
     if manifests:
         env["FABNB_MANIFESTS_DIR"] = str(Path(manifests).resolve())
-    cmd = [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={port}", f"--Voila.ip={host}",
-           "--Voila.port_retries=0", "--show_tracebacks=False", "--theme=light"]
+    guarded = host != "127.0.0.1" or bool(raters)  # beyond loopback, or behind a proxy: tokens
     if guarded:
-        cmd.append("--Voila.identity_provider_class=fabnb.access.RaterIdentityProvider")
-    proc = start_process(cmd, cwd=folder, env=env)
+        links = issue_links(raters or app.raters_with_manifest(), url or f"http://{host}:{port}/",
+                            Path(ratings) / "access")
+        env[ACCESS_ENV] = str((links.parent / "access.json").resolve())
+        who = ", ".join(r for r, _ in read_links(links))
+        ready = (f"Rating app on {url or f'http://{host}:{port}/'} for {who}: each rater's personal link is in "
+                 f"{links} (send each their own line; requests without a valid token are refused). Ratings go to "
+                 f"{env['FABNB_RATINGS_DIR']}; Ctrl-C stops it.")
+    else:
+        ready = (f"Rating app: http://127.0.0.1:{port}/  ({len(app.items)} items; ratings go to "
+                 f"{env['FABNB_RATINGS_DIR']}; Ctrl-C stops it)")
+    args = ["--Voila.identity_provider_class=fabnb.access.RaterIdentityProvider"] if guarded else []
     try:
-        with stop_on_signals():  # SIGTERM and SIGHUP stop Voilà and its kernels as Ctrl-C does
-            state = wait_ready(proc, lambda: answers_tcp(host, port), timeout, interval=0.3)
-            if state == "exited":
-                raise RatingError(f"Voilà stopped before serving (exit status {proc.returncode}); its messages "
-                                  "are above. Is voila installed (pip install fabnb)?")
-            if state == "timeout":
-                raise RatingError(f"Voilà did not answer on port {port} within {timeout:.0f} s.")
-            if guarded:
-                who = ", ".join(r for r, _ in read_links(links))
-                echo(f"Rating app on {url or f'http://{host}:{port}/'} for {who}: each rater's personal link is "
-                     f"in {links} (send each their own line; requests without a valid token are refused). "
-                     f"Ratings go to {env['FABNB_RATINGS_DIR']}; Ctrl-C stops it.")
-            else:
-                echo(f"Rating app: http://127.0.0.1:{port}/  ({len(app.items)} items; ratings go to "
-                     f"{env['FABNB_RATINGS_DIR']}; Ctrl-C stops it)")
-            return proc.wait()
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        stop_process(proc)
-        shutil.rmtree(folder, ignore_errors=True)  # the app's notebook; the ratings live elsewhere
+        return serve_page(APP_CELL, env, port=port, host=host, voila_args=args, ready=ready, echo=echo,
+                          timeout=timeout, name="rate")
+    except PageError as exc:
+        raise RatingError(str(exc)) from None
 

@@ -32,7 +32,7 @@ from .errors import FabnbError
 from .rating import ANCHORS, ANCHORS_SOURCE, RatingApp, RatingError
 
 __all__ = ['CorpusInspector', 'QACurator', 'RatingAppView', 'RatingPanel', 'ResultsExplorer', 'download_link',
-           'rating_app']
+           'explorer_app', 'rating_app']
 
 
 def _asset(name: str) -> str:
@@ -282,6 +282,20 @@ def rating_app(qa: str | Path | None = None, ratings: str | Path | None = None,
         return view
     except (FabnbError, OSError, ValueError) as exc:
         label = ipywidgets.Label(f"The rating app cannot start: {exc}")
+        label.add_class("fabnb-app-message")
+        return label
+
+
+def explorer_app(folder: str | Path | None = None):
+    """The results explorer's page (``fabnb explore DIR``): a run folder (default: ``FABNB_EXPLORE_DIR``) in a
+    :class:`ResultsExplorer`, or a label that says what is wrong, never a blank page."""
+    import ipywidgets
+
+    folder = Path(folder or os.environ.get("FABNB_EXPLORE_DIR") or ".")
+    try:
+        return ResultsExplorer(folder, export_path=folder / "explorer-view.csv")
+    except (FabnbError, OSError, ValueError, KeyError) as exc:
+        label = ipywidgets.Label(f"The results explorer cannot open {folder}: {exc}")
         label.add_class("fabnb-app-message")
         return label
 

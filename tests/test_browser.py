@@ -338,18 +338,19 @@ def _scores_on_disk(folder: Path, rater: str) -> dict:
 
 
 @contextlib.contextmanager
-def _fabnb_rate_serve(tmp_path: Path, *args: str):
-    """``fabnb rate --serve ARGS`` as a real process; yields the line it printed once the app answered."""
+def _fabnb_rate_serve(tmp_path: Path, *args: str, command=("rate", "--serve"), ready="Rating app"):
+    """``fabnb rate --serve ARGS`` (or another serving command) as a real process; yields the line it printed
+    once the page answered."""
     out = tmp_path / "serve.log"
     with open(out, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "fabnb.cli", "rate", "--serve", *args], stdout=log,
+        proc = subprocess.Popen([sys.executable, "-m", "fabnb.cli", *command, *args], stdout=log,
                                 stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
-        while "Rating app" not in out.read_text(errors="replace"):
+        while ready not in out.read_text(errors="replace"):
             assert proc.poll() is None and time.monotonic() < deadline, out.read_text(errors="replace")[-3000:]
             time.sleep(0.3)
-        yield next(line for line in out.read_text(errors="replace").splitlines() if "Rating app" in line)
+        yield next(line for line in out.read_text(errors="replace").splitlines() if ready in line)
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the command stops Voilà and its kernels
         try:
@@ -519,3 +520,36 @@ def test_rating_app_through_voila_inside_jupyterlab(tmp_path, fab_bench_dir):
         finally:
             browser.close()
     assert _scores_on_disk(tmp_path / "ratings", "binder-rater") == {rated[0]: "3342"}
+
+
+def test_fabnb_explore_serves_a_run_folder_as_a_page_of_its_own(tmp_path, monkeypatch):
+    """``fabnb explore DIR``: the results explorer without JupyterLab, over a folder ``fabnb run`` wrote."""
+    from playwright.sync_api import sync_playwright
+    from test_experiment import judge_or_echo, quiet, write_file
+
+    from fabnb.experiment import Experiment, run_experiment
+
+    from stub_openai import StubServer
+
+    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FABNB_TEST_KEY", "sk-test")
+    with StubServer(judge_or_echo) as server:
+        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
+        run = run_experiment(Experiment.from_file(write_file(tmp_path, sample=2)), progress=False, probe=False,
+                             echo=quiet)
+    with _fabnb_rate_serve(tmp_path, str(run.output), command=("explore",), ready="Results explorer") as line:
+        url = line.split("Results explorer: ", 1)[1].split()[0]
+        assert "8 cells" in line
+        with sync_playwright() as pw:
+            browser = _chromium(pw)
+            try:
+                page = browser.new_page()
+                page.goto(url)
+                page.wait_for_function("document.querySelectorAll('.fabnb-explorer tr.fabnb-row').length === 8",
+                                       timeout=120_000)
+                assert page.locator(".jp-InputArea, .cm-editor").count() == 0  # a page, not a notebook
+            finally:
+                browser.close()
+    bad = subprocess.run([sys.executable, "-m", "fabnb.cli", "explore", str(tmp_path / "nowhere")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "neither answers.jsonl nor scores.jsonl" in bad.stderr
