@@ -44,3 +44,25 @@ def test_notebooks_are_as_nbstripout_writes_them():
     done = subprocess.run([sys.executable, "-m", "nbstripout", "--verify", *map(str, NOTEBOOKS + apps)],
                           capture_output=True, text=True)
     assert done.returncode == 0, f"run nbstripout on the notebooks:\n{done.stdout}{done.stderr}"
+
+
+@pytest.mark.notebook
+def test_notebook_00_draws_its_two_figures_inline(tmp_path, monkeypatch):
+    """Once the section "Two figures, drawn in the notebook" showed nothing: reproduce() had switched the live
+    notebook's inline backend to Agg. Executed here as a user's kernel runs it (no MPLBACKEND from CI)."""
+    from nbclient import NotebookClient
+
+    book = nbformat.read(ROOT / "notebooks" / "00_start_here.ipynb", as_version=4)
+    params = next(c for c in book.cells if "parameters" in c.metadata.get("tags", []))
+    params.source = f'OUT_DIR = "{tmp_path / "out"}"\nCHECK_MODEL = False'
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's own default: inline
+    NotebookClient(book, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    start = next(i for i, c in enumerate(book.cells) if c.source.startswith("## Two figures"))
+    end = next(i for i, c in enumerate(book.cells) if i > start and c.cell_type == "markdown" and
+               c.source.startswith("## "))
+    drawn = [c for c in book.cells[start:end] if c.cell_type == "code"]
+    assert len(drawn) == 2
+    for cell in drawn:
+        assert any("image/png" in out.get("data", {}) for out in cell.outputs), cell.source
+    assert (tmp_path / "out" / "figures" / "fig3_scaling_panels.png").exists()
