@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import FabnbError
-from .records import append_jsonl, read_jsonl
+from .records import append_jsonl, read_jsonl, warn_cut
 from .stats import icc, krippendorff_alpha, weighted_kappa  # noqa: F401 - re-exported: fabnb.rating.icc, ...
 
 __all__ = ['ANCHORS', 'ANCHORS_SOURCE', 'BLIND_FIELDS', 'DIMENSIONS', 'RATING_COLUMNS', 'RatingApp', 'RatingError',
@@ -211,6 +211,7 @@ class RatingStore:
             recs, bad = read_rating_file(path)
             out += [r for r in recs if r.get("kind", "rating") == kind]
             problems += bad
+        warn_cut(problems, "the rating it held is not counted (rate that item again)")
         # In time order (stable: file order breaks ties), so "the latest wins" holds across a rater's files.
         out.sort(key=lambda r: r.get("ts", 0.0) if isinstance(r.get("ts"), (int, float)) else 0.0)
         return out, pd.DataFrame(problems, columns=["file", "line", "message"])

@@ -32,7 +32,7 @@ from .errors import FabnbError
 from .schema import RENAMED_MODELS, RESULT_COLUMNS, RESULT_KEYS
 
 __all__ = ['CutRecordWarning', 'HeldError', 'ResultsStore', 'StageRun', 'StoreError', 'append_jsonl', 'cell_key',
-           'cut_records', 'hold', 'read_jsonl', 'stage_bar']
+           'cut_records', 'hold', 'read_jsonl', 'stage_bar', 'warn_cut']
 
 
 class StoreError(FabnbError, OSError):
@@ -155,6 +155,16 @@ def _free(path: str | Path) -> str:
     except OSError:
         return "an unknown amount"
     return f"{free / 1e6:.1f} MB" if free >= 1e5 else f"{free} bytes"
+
+
+def warn_cut(problems: list[dict], consequence: str) -> None:
+    """Warn once per process about each cut or unreadable line (:func:`read_jsonl`'s problems): its file, its line,
+    and ``consequence`` (what happens to the record it held). The line itself is left where it is."""
+    for p in problems:
+        if (p["file"], p["line"]) not in _warned:
+            _warned.add((p["file"], p["line"]))
+            warnings.warn(f"{p['file']}, line {p['line']}: a cut or unreadable record, skipped; {consequence}, and "
+                          f"the line is left where it is ({p['message']})", CutRecordWarning, stacklevel=3)
 
 
 def cut_records(folder: str | Path) -> list[tuple[str, int]]:
@@ -287,12 +297,7 @@ class ResultsStore:
         if not self.path.exists():
             return [], pd.DataFrame(columns=["file", "line", "message"])
         recs, problems = read_jsonl(self.path, required=self.keys, drop=drop)
-        for p in problems:
-            if (p["file"], p["line"]) not in _warned:
-                _warned.add((p["file"], p["line"]))
-                warnings.warn(f"{p['file']}, line {p['line']}: a cut or unreadable record, skipped; its cell is "
-                              f"asked again, and the line is left where it is ({p['message']})",
-                              CutRecordWarning, stacklevel=2)
+        warn_cut(problems, "its cell is asked again")
         return recs, pd.DataFrame(problems, columns=["file", "line", "message"])
 
     def done(self) -> set:

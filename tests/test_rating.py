@@ -316,3 +316,17 @@ def test_a_folder_written_by_the_previous_release_still_reads(tmp_path):
     rating = RatingStore(tmp_path / "ratings").ratings().set_index("dimension")
     assert rating["score"].to_dict() == {**old["scores"], "accuracy": 1} and rating["comment"].eq("ok").all()
     assert app.progress().to_dict("records") == [{"rater": "ana", "rated": 1, "items": 2}]
+
+
+def test_a_cut_line_in_a_raters_file_is_reported_once_naming_the_file_and_line(tmp_path):
+    from fabnb.records import CutRecordWarning
+
+    store = RatingStore(tmp_path)
+    store.add("ana", "q1", {"accuracy": 4})
+    path = store.path("ana")
+    with open(path, "ab") as fh:
+        fh.write(b'{"kind": "rating", "rater": "ana", "item_id": "q2", "sco')  # a power cut
+    with pytest.warns(CutRecordWarning, match=rf"{path}, line 2: a cut or unreadable record, skipped; the rating"):
+        assert store.ratings()["item_id"].tolist() == ["q1"]
+    store.add("ana", "q2", {"accuracy": 2})
+    assert sorted(store.ratings()["item_id"]) == ["q1", "q2"] and b'"sco\n' in path.read_bytes()
