@@ -64,9 +64,10 @@ def test_transform_queries(evidence_chunks):
     assert abs((q @ v.matrix[3].T).toarray()[0, 0] - 1.0) < 1e-5
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def dask_client():
-    """A 2-worker LocalCluster and its client, as the corpus stage meets it (its tests hush dask's warnings)."""
+    """A 2-worker LocalCluster and its client, as the corpus stage meets it (its tests hush dask's warnings);
+    one for the module (its tests share an xdist group, so one worker starts it once)."""
     from dask.distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
@@ -74,6 +75,7 @@ def dask_client():
         yield client
 
 
+@pytest.mark.xdist_group("dask-cluster")
 @pytest.mark.filterwarnings("ignore")
 def test_dask_gives_the_same_chunks_and_vectors(fab_bench, dask_client):
     corpus = evidence_corpus(fab_bench)
@@ -89,6 +91,7 @@ def test_dask_gives_the_same_chunks_and_vectors(fab_bench, dask_client):
     pd.testing.assert_frame_equal(a, b)
 
 
+@pytest.mark.xdist_group("dask-cluster")
 @pytest.mark.filterwarnings("ignore")
 def test_vectorize_corpus_on_dask_gives_the_same_chunks_and_vectors_and_can_leave_the_texts(fab_bench, dask_client):
     """The way out for a corpus that does not fit: chunking and TF-IDF on the workers, the same results."""
