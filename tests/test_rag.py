@@ -375,6 +375,30 @@ def test_a_killed_grid_resumes_without_asking_a_finished_cell_again(tmp_path):
     assert ResultsStore(path).records()[1].empty  # the kill cut no line: each record is one write
 
 
+def test_a_grid_and_a_judge_run_on_a_store_another_process_writes_are_refused(tmp_path):
+    """Two processes on one store would ask (and pay for) each cell twice: the second is refused at once."""
+    from fabnb.judge import judge_results, score_store
+    from fabnb.records import HeldError
+
+    holder = ("import sys, time\nfrom fabnb.records import hold\n"
+              "with hold(sys.argv[1], 'a RAG grid'):\n    print('held', flush=True)\n    time.sleep(60)\n")
+    qs = pd.DataFrame({"test_id": ["Q1"], "question": ["q?"], "ground_truth_answer": ["a"],
+                       "question_format": ["SUBJECTIVE"]})
+    for store, call in ((ResultsStore(tmp_path / "answers.jsonl"),
+                         lambda st: run_grid(MaxKB("http://127.0.0.1:9"), qs, [4], st, progress=False)),
+                        (score_store(tmp_path / "scores.jsonl"),
+                         lambda st: judge_results(pd.DataFrame(columns=["test_id", "status"]), qs, None, st,
+                                                  progress=False))):
+        proc = subprocess.Popen([sys.executable, "-c", holder, str(store.path)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline().strip() == "held"
+            with pytest.raises(HeldError, match=rf"{store.path.name} is in use by process {proc.pid}"):
+                call(store)
+        finally:
+            proc.kill()
+            proc.wait()
+
+
 def test_questions_frame_from_fab_bench(fab_bench):
     q = questions_frame(fab_bench.pairs[:5])
     assert q.gold_context.str.len().gt(50).all() and q.gold_doc_ids.map(len).ge(1).all()
