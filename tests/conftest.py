@@ -86,7 +86,12 @@ def evidence_chunks(fab_bench):
 @pytest.fixture(scope="session")
 def readme_reproduction(tmp_path_factory):
     """The README's main job (``fabnb reproduce --out DIR``) run once through the console script, as typed:
-    the finished process and its folder, for the README's test and the report's tests alike."""
+    the finished process and its folder, for the README's test and the report's tests alike.
+
+    Once per test session, not per worker: under ``pytest -n`` the first worker to get here runs it (holding a
+    lock in the session's shared temporary folder) and the others read what it left."""
+    import fcntl
+    import json
     import re
     import shutil
     import subprocess
@@ -96,9 +101,17 @@ def readme_reproduction(tmp_path_factory):
     command = main_job.split("&&", 1)[1].split()
     exe = shutil.which("fabnb")
     assert exe and command[0] == "fabnb" and command[-2] == "--out", (exe, command)
-    out = tmp_path_factory.mktemp("readme-main-job") / "repro"
-    done = subprocess.run([exe, *command[1:-1], str(out)], capture_output=True, text=True, timeout=300)
-    return done, out
+    shared = tmp_path_factory.getbasetemp()
+    shared = shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared
+    out, done_file = shared / "readme-main-job" / "repro", shared / "readme-main-job.json"
+    with open(shared / "readme-main-job.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done_file.exists():
+            out.parent.mkdir(parents=True, exist_ok=True)
+            run = subprocess.run([exe, *command[1:-1], str(out)], capture_output=True, text=True, timeout=300)
+            done_file.write_text(json.dumps([run.args, run.returncode, run.stdout, run.stderr]))
+        args, code, stdout, stderr = json.loads(done_file.read_text())
+    return subprocess.CompletedProcess(args, code, stdout, stderr), out
 
 
 def pytest_terminal_summary(terminalreporter):

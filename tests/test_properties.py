@@ -452,6 +452,9 @@ def test_the_suite_fails_when_every_function_refuses(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-p", "no:deepeval",
                           "-p", "refuse_everything", "-o", "addopts=", "-rf",
+                          # plugins these tests do not use: they are most of a pytest's start-up here
+                          "-p", "no:nbmake", "-p", "no:xdist", "-p", "no:anyio", "-p", "no:rerunfailures",
+                          "-p", "no:repeat",
                           "-k", "not test_the_suite_fails_when_every_function_refuses"],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     summary = run.stdout.strip().splitlines()[-1]

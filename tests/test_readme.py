@@ -2,8 +2,6 @@
 
 import re
 
-import pytest
-
 from conftest import ROOT
 
 README = (ROOT / "README.md").read_text()
@@ -28,7 +26,6 @@ def test_ci_runs_the_readme_test_command():
     assert "<!-- test-command -->" in ci and "set -euo pipefail" in ci
 
 
-@pytest.mark.xdist_group("readme-main-job")
 def test_main_job_command_runs(readme_reproduction):
     done, out = readme_reproduction
     assert done.returncode == 0, done.stderr

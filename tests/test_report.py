@@ -24,7 +24,6 @@ def reproduction(readme_reproduction):
     return out
 
 
-@pytest.mark.xdist_group("readme-main-job")
 def test_every_figure_in_png_and_svg(reproduction):
     for name in FIGURES:
         for ext in ("png", "svg"):
@@ -32,7 +31,6 @@ def test_every_figure_in_png_and_svg(reproduction):
             assert path.stat().st_size > 5000, path
 
 
-@pytest.mark.xdist_group("readme-main-job")
 def test_tables_in_csv_and_markdown(reproduction):
     tables = reproduction / "tables"
     for name in ("claims", "log_fits", "logistic_fits", "scaling_labels", "operating_points", "crossovers",
@@ -45,7 +43,6 @@ def test_tables_in_csv_and_markdown(reproduction):
     assert fits.loc["DeepSeek-v3.2-Exp", "r_squared"] == pytest.approx(0.9129, abs=1e-4)
 
 
-@pytest.mark.xdist_group("readme-main-job")
 def test_report_states_verdicts_in_both_formats(reproduction):
     md = (reproduction / "report.md").read_text()
     html = (reproduction / "report.html").read_text()

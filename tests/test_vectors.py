@@ -67,7 +67,7 @@ def test_transform_queries(evidence_chunks):
 @pytest.fixture(scope="module")
 def dask_client():
     """A 2-worker LocalCluster and its client, as the corpus stage meets it (its tests hush dask's warnings);
-    one for the module (its tests share an xdist group, so one worker starts it once)."""
+    one for the module."""
     from dask.distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
@@ -75,7 +75,6 @@ def dask_client():
         yield client
 
 
-@pytest.mark.xdist_group("dask-cluster")
 @pytest.mark.filterwarnings("ignore")
 def test_dask_gives_the_same_chunks_and_vectors(fab_bench, dask_client):
     corpus = evidence_corpus(fab_bench)
@@ -91,7 +90,6 @@ def test_dask_gives_the_same_chunks_and_vectors(fab_bench, dask_client):
     pd.testing.assert_frame_equal(a, b)
 
 
-@pytest.mark.xdist_group("dask-cluster")
 @pytest.mark.filterwarnings("ignore")
 def test_vectorize_corpus_on_dask_gives_the_same_chunks_and_vectors_and_can_leave_the_texts(fab_bench, dask_client):
     """The way out for a corpus that does not fit: chunking and TF-IDF on the workers, the same results."""
