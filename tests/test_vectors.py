@@ -64,10 +64,10 @@ def test_transform_queries(evidence_chunks):
     assert abs((q @ v.matrix[3].T).toarray()[0, 0] - 1.0) < 1e-5
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def dask_client():
-    """A 2-worker LocalCluster and its client, as the corpus stage meets it (its tests hush dask's warnings);
-    one for the module."""
+    """A 2-worker LocalCluster and its client, as the corpus stage meets it (its tests hush dask's warnings).
+    One per test: a test of this module checks what happens when no cluster runs."""
     from dask.distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
