@@ -262,3 +262,15 @@ def test_the_reinstall_line_installs_the_local_extra_with_its_dependencies():
     words = shlex.split(complete)
     assert words[:3] == ["pip", "install", "--no-cache-dir"] and "--no-deps" not in words
     assert words[3:] == extra  # then every package of the extra, with its dependencies
+
+
+def test_the_renamed_model_keeps_the_cache_keys_it_had():
+    """The alias now names the base model; replies cached under the former name are still found."""
+    from fabnb.local import FORMER_ALIAS, MODEL_ALIAS, EmbeddedLLM
+
+    assert MODEL_ALIAS == "gemma-3-270m-q4_k_m" and FORMER_ALIAS == "gemma-3-270m-it-q4_k_m"
+    identity = f"embedded:{FORMER_ALIAS}:alpaca"
+    now = EmbeddedLLM(MODEL_ALIAS, "http://127.0.0.1:9/v1", cache=False, cache_as=identity)
+    key_now = now._prepare("Say OK.", {"max_tokens": 4})[2]
+    old = EmbeddedLLM(FORMER_ALIAS, "http://127.0.0.1:8/v1", cache=False, cache_as=identity)  # the old release
+    assert key_now == old._prepare("Say OK.", {"max_tokens": 4})[2]
