@@ -476,17 +476,8 @@ def test_rating_app_served_by_fabnb_rate_in_a_real_browser(tmp_path, fab_bench_d
     from playwright.sync_api import sync_playwright
 
     qa = _hostile_qa(fab_bench_dir, tmp_path / "qa")
-    out = tmp_path / "serve.log"
-    with open(out, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "fabnb.cli", "rate", "--serve", "--qa", str(qa),
-                                 "--ratings", str(tmp_path / "ratings")], stdout=log, stderr=subprocess.STDOUT,
-                                cwd=tmp_path, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while "Rating app: " not in out.read_text(errors="replace"):
-            assert proc.poll() is None and time.monotonic() < deadline, out.read_text(errors="replace")[-3000:]
-            time.sleep(0.3)
-        url = out.read_text(errors="replace").split("Rating app: ", 1)[1].split()[0]
+    with _fabnb_rate_serve(tmp_path, "--qa", str(qa), "--ratings", str(tmp_path / "ratings")) as line:
+        url = line.split("Rating app: ", 1)[1].split()[0]
         assert url.startswith("http://127.0.0.1:")
         with sync_playwright() as pw:
             browser = _chromium(pw)
@@ -494,12 +485,6 @@ def test_rating_app_served_by_fabnb_rate_in_a_real_browser(tmp_path, fab_bench_d
                 rated = _rate_in_app(browser.new_page(), url, "expert", ["4523", "1254"])
             finally:
                 browser.close()
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the command stops Voilà and its kernel
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
     assert _scores_on_disk(tmp_path / "ratings", "expert") == {rated[0]: "4523", rated[1]: "1254"}
 
 
@@ -525,18 +510,9 @@ def test_rating_app_through_voila_inside_jupyterlab(tmp_path, fab_bench_dir):
 def test_fabnb_explore_serves_a_run_folder_as_a_page_of_its_own(tmp_path, monkeypatch):
     """``fabnb explore DIR``: the results explorer without JupyterLab, over a folder ``fabnb run`` wrote."""
     from playwright.sync_api import sync_playwright
-    from test_experiment import judge_or_echo, quiet, write_file
+    from test_experiment import run_on_stub
 
-    from fabnb.experiment import Experiment, run_experiment
-
-    from stub_openai import StubServer
-
-    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("FABNB_TEST_KEY", "sk-test")
-    with StubServer(judge_or_echo) as server:
-        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
-        run = run_experiment(Experiment.from_file(write_file(tmp_path, sample=2)), progress=False, probe=False,
-                             echo=quiet)
+    run = run_on_stub(tmp_path, monkeypatch, sample=2)
     with _fabnb_rate_serve(tmp_path, str(run.output), command=("explore",), ready="Results explorer") as line:
         url = line.split("Results explorer: ", 1)[1].split()[0]
         assert "8 cells" in line

@@ -98,6 +98,17 @@ def write_file(folder: Path, **changes) -> Path:
     return path
 
 
+def run_on_stub(tmp_path: Path, monkeypatch, **changes):
+    """A finished run of :func:`write_file`'s experiment (with ``changes``) on a scripted server: its
+    :class:`ExperimentRun` (the explorer's tests and the ``fabnb explore`` page start from one)."""
+    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FABNB_TEST_KEY", "sk-test")
+    with StubServer(judge_or_echo) as server:
+        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
+        return run_experiment(Experiment.from_file(write_file(tmp_path, **changes)), progress=False, probe=False,
+                              echo=quiet)
+
+
 @pytest.fixture
 def stub(monkeypatch, tmp_path):
     monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
@@ -122,6 +133,16 @@ def test_a_minimal_file_reads_with_the_defaults(tmp_path):
     assert exp.windows == tuple(float(k) for k in PAPER_CONTEXTS) and exp.modes == ("A", "B")
     assert exp.output == tmp_path / "o" and exp.judge.embedded and len(exp.metrics) == 6
     assert exp.systems[0].kind == "reference" and exp.systems[0].retriever == "bm25"
+
+
+def _refused_naming(path: Path, words) -> None:
+    """The file check refuses ``path`` with a message that names it and holds each of ``words``."""
+    with pytest.raises(ExperimentError) as err:
+        Experiment.from_file(path)
+    message = str(err.value)
+    assert str(path) in message
+    for word in words:
+        assert word in message, (word, message)
 
 
 @pytest.mark.parametrize("text, words", [
@@ -149,12 +170,7 @@ def test_bad_files_are_refused_naming_the_file_line_and_key(tmp_path, text, word
     path = tmp_path / "bad.toml"
     path.write_text(text + ('' if "[[systems]]" in text or "[systems]" in text or "[contexts\n" in text
                             else '[[systems]]\nname = "s"\nmodel = "embedded"\n'))
-    with pytest.raises(ExperimentError) as err:
-        Experiment.from_file(path)
-    message = str(err.value)
-    assert str(path) in message
-    for word in words:
-        assert word in message, (word, message)
+    _refused_naming(path, words)
 
 
 SYSTEM = '[[systems]]\nname = "s"\nmodel = "embedded"\n'
@@ -192,12 +208,7 @@ def test_meaningless_settings_are_refused_before_any_call(tmp_path, text, words)
     path = tmp_path / "bad.toml"
     head = 'name = "x"\n' + ("" if text.startswith("output") else 'output = "o"\n')
     path.write_text(head + text + ("" if "[[systems]]" in text else SYSTEM))  # the system last: lines stay put
-    with pytest.raises(ExperimentError) as err:
-        Experiment.from_file(path)
-    message = str(err.value)
-    assert str(path) in message
-    for word in words:
-        assert word in message, (word, message)
+    _refused_naming(path, words)
 
 
 def test_the_ranges_in_the_docs_are_the_file_check_ranges():

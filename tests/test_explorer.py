@@ -131,18 +131,9 @@ def test_empty_stores_give_an_empty_table():
 
 
 def test_an_experiment_folder_opens_in_the_explorer(tmp_path, monkeypatch):
-    from test_experiment import judge_or_echo, quiet, write_file
+    from test_experiment import run_on_stub
 
-    from fabnb.experiment import Experiment, run_experiment
-
-    from stub_openai import StubServer
-
-    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("FABNB_TEST_KEY", "sk-test")
-    with StubServer(judge_or_echo) as server:
-        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
-        run = run_experiment(Experiment.from_file(write_file(tmp_path, sample=2)), progress=False, probe=False,
-                             echo=quiet)
+    run = run_on_stub(tmp_path, monkeypatch, sample=2)
     ex = Explorer.from_folder(run.output)
     assert len(ex.view()) == 2 * 2 * 2 and ex.view()["state"].eq("judged").all()
     row = ex.page(0)[0]
