@@ -167,6 +167,12 @@ def test_rating_notebook_in_a_real_browser(lab):
 
             # The notebook's last cell: a download link for the ratings folder (once a 404: the href was the
             # zip's absolute path on disk). JupyterLab resolves it to its files route, and the zip comes back.
+            # Run-all stopped at the assignment cell (three items cannot give four raters each a shared item),
+            # so run the last cell itself; JupyterLab 4 renders only the cells in view: bring it into view.
+            page.evaluate("() => { const nb = window.jupyterapp.shell.currentWidget.content;"
+                          " nb.activeCellIndex = nb.widgets.length - 1;"
+                          " return nb.scrollToItem(nb.widgets.length - 1); }")
+            page.evaluate("window.jupyterapp.commands.execute('notebook:run-cell')")
             link = page.locator(".jp-OutputArea-output a", has_text="ratings.zip").last
             link.wait_for(timeout=60_000)
             page.wait_for_function("document.querySelector('.jp-OutputArea-output a[href*=\"ratings.zip\"]')"

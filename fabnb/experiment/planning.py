@@ -104,10 +104,12 @@ class Plan:
 
 
 def _probe_llm(exp: Experiment, ep, judge: bool) -> dict:
-    """Two small calls to an endpoint: one that writes ~30 tokens, one that reads ~600 and writes one."""
+    """Two small calls to an endpoint, after one that warms it up: one that writes ~30 tokens, one that reads ~600
+    and writes one."""
     llm = ep.llm(n_ctx=exp.judge_n_ctx if judge else 8192, logprobs=exp.logprobs if judge else False)
     probe_llm = llm.with_defaults()
     probe_llm.cache = None  # a probe measures the server, never the cache
+    probe_llm.complete("Say OK.", max_tokens=1)  # a server's first call pays one-time costs: not measured
     done = probe_llm.complete("Count from 1 to 30, separated by spaces.", max_tokens=48)
     read = probe_llm.complete(_PROBE_TEXT + "\nSay OK.", max_tokens=1)
     return {"model_reported": done.model, "latency_s": done.latency_s, "completion_tokens": done.completion_tokens,
