@@ -35,6 +35,10 @@ import secrets
 from pathlib import Path
 from urllib.parse import parse_qs, quote
 
+from jupyter_server.auth import User
+from jupyter_server.auth.identity import IdentityProvider
+from tornado import web
+
 from .errors import FabnbError
 
 __all__ = ["ACCESS_ENV", "AccessError", "RaterIdentityProvider", "issue_links", "rater_of_link", "read_links"]
@@ -134,13 +138,7 @@ def rater_of_link(query: str, access_path: str | Path) -> str:
     return rater
 
 
-def _identity_provider_base():
-    from jupyter_server.auth.identity import IdentityProvider
-
-    return IdentityProvider
-
-
-class RaterIdentityProvider(_identity_provider_base()):
+class RaterIdentityProvider(IdentityProvider):
     """jupyter_server's identity provider for the rating app: a request is a rater when it carries that rater's
     token (or the cookie a token request set); every other request is anonymous and refused.
 
@@ -157,8 +155,6 @@ class RaterIdentityProvider(_identity_provider_base()):
         return False  # there is no password: a rater comes in through their link
 
     def get_user_token(self, handler):
-        from jupyter_server.auth import User
-
         rater = _match(self.get_token(handler) or "", os.environ[ACCESS_ENV])
         if rater is None:
             return None
@@ -175,17 +171,9 @@ class RaterIdentityProvider(_identity_provider_base()):
         return [("/login", _RefusedHandler)]
 
 
-def _refused_handler():
-    from tornado import web
-
-    class RefusedHandler(web.RequestHandler):
-        def get(self):
-            self.set_status(403)
-            self.set_header("Content-Type", "text/html; charset=utf-8")
-            self.finish("<!doctype html><title>Rating link needed</title><p>This page needs your personal rating "
-                        "link, the one the study lead sent you. Open that link (it carries your token).</p>")
-
-    return RefusedHandler
-
-
-_RefusedHandler = _refused_handler()
+class _RefusedHandler(web.RequestHandler):
+    def get(self):
+        self.set_status(403)
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.finish("<!doctype html><title>Rating link needed</title><p>This page needs your personal rating "
+                    "link, the one the study lead sent you. Open that link (it carries your token).</p>")

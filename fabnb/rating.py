@@ -106,26 +106,31 @@ def rater_key(rater: str) -> str:
     return f"{slug}-{hashlib.sha256(rater.encode('utf-8')).hexdigest()[:8]}"
 
 
-def _manifest_path(folder: str | Path, rater: str) -> Path:
-    """Where :func:`write_manifests` puts a rater's manifest, and where the app looks for it (the name of releases
-    of earlier versions when only that one exists)."""
-    path = Path(folder) / f"{rater_key(rater)}.json"
+def _legacy_path(folder: Path, rater: str, suffix: str) -> Path | None:
+    """The file earlier versions of fabnb named for this rater, when it exists."""
     try:
-        legacy = Path(folder) / f"{_safe_name(rater)}.json"
+        path = folder / f"{_safe_name(rater)}{suffix}"
     except RatingError:
-        return path
-    return legacy if not path.exists() and legacy.exists() else path
+        return None
+    return path if path.exists() else None
+
+
+def _manifest_path(folder: str | Path, rater: str) -> Path:
+    """Where :func:`write_manifests` puts a rater's manifest, and where the app looks for it (the name of earlier
+    versions when only that one exists)."""
+    path = Path(folder) / f"{rater_key(rater)}.json"
+    return path if path.exists() else _legacy_path(Path(folder), rater, ".json") or path
 
 
 def _merge(records: list[dict]) -> dict:
-    """item_id -> (scores, comment, ts) of one rater's records in file order: the latest value per field.
+    """item_id -> (scores, comment) of one rater's records in time order: the latest value per field.
 
     A record of this release carries the fields it changes (no ``comment`` key: the comment is unchanged); a record
     of an earlier release carries the item's whole rating, comment included, and reads the same."""
     out: dict = {}
     for r in records:
-        scores, comment, ts = out.get(r["item_id"], ({}, "", 0.0))
-        out[r["item_id"]] = ({**scores, **r["scores"]}, r.get("comment", comment), max(ts, r.get("ts", 0.0)))
+        scores, comment = out.get(r["item_id"], ({}, ""))
+        out[r["item_id"]] = ({**scores, **r["scores"]}, r.get("comment", comment))
     return out
 
 
@@ -159,12 +164,8 @@ class RatingStore:
 
     def _files(self, rater: str) -> list[Path]:
         """Every file that may hold this rater's records: theirs, and the one earlier versions of fabnb named."""
-        paths = [self.path(rater)]
-        try:
-            legacy = self.folder / f"{_safe_name(rater)}.jsonl"
-        except RatingError:
-            return paths
-        return paths + [legacy] if legacy.exists() else paths
+        legacy = _legacy_path(self.folder, rater, ".jsonl")
+        return [self.path(rater)] + ([legacy] if legacy else [])
 
     def raters(self) -> list[str]:
         """The raters with a record in the folder, by the name each record carries."""
@@ -364,7 +365,7 @@ class RatingSession:
 
     def refresh(self) -> None:
         """Read this rater's records again (another tab or machine of the same rater may have added some)."""
-        self._latest = {i: (sc, c) for i, (sc, c, _) in _merge(self.store.read(self.rater, self.kind)).items()}
+        self._latest = _merge(self.store.read(self.rater, self.kind))
 
     def view(self, item_id: str) -> dict:
         """What the rater sees of an item (blind fields removed in blind mode)."""

@@ -47,7 +47,7 @@ class CutRecordWarning(UserWarning):
     """A store holds a line that is cut off or not a record; it is skipped (its cell is asked again), not deleted."""
 
 
-_warned: set = set()  # (file, line, text of the line's start): each cut line is reported once per process
+_warned: set = set()  # (file, line): each cut line is reported once per process
 
 
 @dataclass

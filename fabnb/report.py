@@ -136,9 +136,6 @@ class _Figures:
     formats: tuple
     report: Report
 
-    def __bool__(self) -> bool:
-        return bool(self.formats)
-
     def draw(self, name: str, caption: str, make) -> None:
         """Call ``make()`` (it returns an Axes of a new figure), save that figure in each format, close it, and
         put it in the report. pyplot's backend is left as it is, so a notebook keeps drawing inline."""

@@ -454,8 +454,8 @@ def _check_corpus_folder(source: str, where: str, text: str | None) -> None:
     if not path.exists():
         raise ExperimentError(f"{where}: [corpus] source = {source!r}{line} does not exist; name a folder of "
                               f"documents ({', '.join(DOCUMENT_SUFFIXES)}).")
-    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else []
-    if not any(p.suffix.lower() in DOCUMENT_SUFFIXES and p.stat().st_size > 0 for p in files):
+    files = [path] if path.is_file() else (p for p in path.rglob("*") if p.is_file()) if path.is_dir() else []
+    if not any(p.suffix.lower() in DOCUMENT_SUFFIXES and p.stat().st_size > 0 for p in files):  # stops at the first
         raise ExperimentError(f"{where}: [corpus] source = {source!r}{line} holds no readable document (files "
                               f"ending {', '.join(DOCUMENT_SUFFIXES)}, not empty).")
 

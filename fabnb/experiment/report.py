@@ -104,6 +104,11 @@ def write_report(exp: Experiment, questions: pd.DataFrame | None = None, held: t
     ``held``: the stores' frames (:func:`fabnb.experiment.stored`) when the caller has read them already.
     Returns the path of ``summary.md``.
     """
+    return _write_report(exp, questions, held)[0]
+
+
+def _write_report(exp: Experiment, questions: pd.DataFrame | None, held: tuple | None) -> tuple[Path, bool]:
+    """:func:`write_report`, and whether it wrote ``report/`` (the analyses need enough scores)."""
     questions = exp.questions() if questions is None else questions
     out = exp.output
     answers, scores = held if held is not None else stored(exp, questions)
@@ -123,4 +128,4 @@ def write_report(exp: Experiment, questions: pd.DataFrame | None = None, held: t
     lines += ["## Analyses", "", note or "Fits, behaviour labels, operating points, crossovers, correlations, "
               "dilution deltas, profiles and figures: [report/report.md](report/report.md).", ""]
     (out / "summary.md").write_text("\n".join(lines), encoding="utf-8")
-    return out / "summary.md"
+    return out / "summary.md", not note

@@ -9,7 +9,6 @@ pass it.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from .output import (
     write_manifest,
 )
 from .planning import Plan, plan
-from .report import write_report
+from .report import _write_report
 
 __all__ = ["ExperimentRun", "run_experiment"]
 
@@ -207,11 +206,9 @@ def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo, move
     out.mkdir(parents=True, exist_ok=True)
     manifest = _start_manifest(exp, old, plan_, questions)
     if moved and old is not None:
-        before, now_ = old.get("signatures", {}), exp.signatures()
-        manifest["runs"][-1]["endpoint_moved"] = {
-            n: {"from": (before.get("judge", {}) if n == "judge" else before.get("systems", {}).get(n, {})
-                         ).get("endpoint"),
-                "to": (now_["judge"] if n == "judge" else now_["systems"][n])["endpoint"]} for n in moved}
+        before, after = old.get("signatures", {}), exp.signatures()
+        manifest["runs"][-1]["endpoint_moved"] = {n: {"from": _endpoint_of(before, n), "to": _endpoint_of(after, n)}
+                                                  for n in moved}
     write_manifest(out, manifest)
 
     def save(status: str, held: tuple | None = None) -> pd.DataFrame:
@@ -237,10 +234,7 @@ def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo, move
         status = "finished" if finished else "stopped-by-budget"
         held = stored(exp, questions)  # read once for the report, the manifest and the summary
         save("reporting", held)
-        started = time.time()
-        report = write_report(exp, questions, held)
-        analyses = out / "report" / "report.md"
-        wrote_analyses = analyses.exists() and analyses.stat().st_mtime >= started - 1
+        report, wrote_analyses = _write_report(exp, questions, held)
         t = save(status, held)
     except BaseException as exc:  # a full disk, a bug, Ctrl-C: the manifest says so, never "running" for ever
         manifest["runs"][-1].update(ended=now(), status="failed", cause=f"{type(exc).__name__}: {exc}"[:500])
@@ -249,6 +243,12 @@ def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo, move
     failed = failures(exp, questions, held)
     echo(_summary_line(exp, t, failed, status, wrote_analyses))
     return ExperimentRun(out, plan_, t, status, failed, report)
+
+
+def _endpoint_of(signatures: dict, name: str) -> str | None:
+    """The endpoint a manifest's signatures record for a system, or for ``"judge"``."""
+    sig = signatures.get("judge", {}) if name == "judge" else signatures.get("systems", {}).get(name, {})
+    return sig.get("endpoint")
 
 
 def _record_failure(out: Path, manifest: dict, echo) -> None:
