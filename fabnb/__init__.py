@@ -14,9 +14,9 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("schema", "published", "datasets", "corpus", "terms", "vectors", "synthesis", "passages",
-               "llm", "local", "generation", "testcases", "documents", "curation", "access", "rating", "rag", "judge",
-               "experiment", "explorer", "study", "records", "widgets", "scores", "analysis", "plots", "claims",
+_SUBMODULES = ("schema", "published", "datasets", "corpus", "terms", "vectors", "synthesis", "passages", "llm", "local",
+               "generation", "testcases", "documents", "curation", "access", "rating", "rag", "judge", "experiment",
+               "explorer", "study", "records", "widgets", "scores", "analysis", "intervals", "plots", "claims",
                "report", "cli", "doctor", "errors", "stats", "paths", "process", "pages", "text", "tokens")
 
 

@@ -19,10 +19,19 @@ import pandas as pd
 from .schema import AVERAGE, METRICS, SCORE_KEYS
 from .scores import ScoreError, require_models, sweep
 
-__all__ = ['check_averages', 'classify_scaling', 'compare_correlations', 'context_to_reach', 'crossovers', 'dilution',
-           'dual_mode_delta', 'fit_log_curves', 'fit_logistic_curves', 'framework_table', 'gain_rates',
-           'metric_correlations', 'metric_gaps', 'metric_profile', 'metric_slopes', 'operating_points',
-           'predict_log_curve', 'predict_logistic_curve', 'routing_table']
+__all__ = ['MIN_CORRELATION_N', 'MIN_FIT_WINDOWS', 'check_averages', 'classify_scaling', 'compare_correlations',
+           'context_to_reach', 'crossovers', 'dilution', 'dual_mode_delta', 'fit_log_curves', 'fit_logistic_curves',
+           'framework_table', 'gain_rates', 'metric_correlations', 'metric_gaps', 'metric_profile', 'metric_slopes',
+           'operating_points', 'predict_log_curve', 'predict_logistic_curve', 'routing_table']
+
+#: Windows a curve needs before the report fits it, labels its behaviour or reads operating points and crossovers
+#: from it. A log curve has two parameters: with 5 windows its fit keeps 3 residual degrees of freedom (t = 3.18 for
+#: a 95% interval, against 12.7 with 3 windows), and a straight line through pure noise reaches R² = 0.25 on average
+#: (1 / (n - 1)) instead of 0.5 with 3. The paper fits 11 windows; its smallest sweep (Qwen-2.5-72B) has 6.
+MIN_FIT_WINDOWS = 5
+#: Observations a correlation needs before the report shows it: below 10, even r = 0.6 has a 95% interval
+#: (Fisher z) that reaches below 0 (-0.05 to 0.89 at n = 10), so the coefficient says nothing about its sign.
+MIN_CORRELATION_N = 10
 
 # --------------------------------------------------------------------------- curves
 
@@ -216,7 +225,8 @@ def operating_points(scores: pd.DataFrame, metric: str = AVERAGE, fraction: floa
 
 
 def crossovers(
-    scores: pd.DataFrame, model_a: str, model_b: str, metric: str = AVERAGE, method: str = "observed"
+    scores: pd.DataFrame, model_a: str, model_b: str, metric: str = AVERAGE, method: str = "observed",
+    intervals: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Contexts at which two models' curves cross.
 
@@ -233,12 +243,16 @@ def crossovers(
         between consecutive shared contexts where its sign changes. ``"log_fit"``:
         the intersection of the two fitted log curves (at most one), reported only
         if it lies inside the shared context range.
+    intervals : DataFrame, optional
+        :func:`fabnb.intervals.mean_intervals` of the same scores. With it, a crossing is ``separated`` only
+        where the two curves' intervals separate on both sides: at some window below it the leader below is
+        ahead by more than the intervals' overlap, and at some window above it the other one is.
 
     Returns
     -------
     DataFrame
-        model_a, model_b, method, context_k, leader_below, leader_above.
-        Empty if the curves do not cross.
+        model_a, model_b, method, context_k, leader_below, leader_above, separated (None without
+        ``intervals``). Empty if the curves do not cross.
 
     Examples
     --------
@@ -253,7 +267,7 @@ def crossovers(
     a = curves[curves["model"] == model_a].set_index("context_k")["score"]
     b = curves[curves["model"] == model_b].set_index("context_k")["score"]
     shared = a.index.intersection(b.index).sort_values()
-    columns = ["model_a", "model_b", "method", "context_k", "leader_below", "leader_above"]
+    columns = ["model_a", "model_b", "method", "context_k", "leader_below", "leader_above", "separated"]
     if len(shared) < 2:
         raise ScoreError(f"{model_a!r} and {model_b!r} share {len(shared)} context(s); a crossover needs 2.")
     rows = []
@@ -265,7 +279,7 @@ def crossovers(
                 continue
             xc = x[i] + d[i] / (d[i] - d[i + 1]) * (x[i + 1] - x[i])
             rows.append([model_a, model_b, method, math.exp(xc),
-                         model_a if d[i] > 0 else model_b, model_a if d[i + 1] > 0 else model_b])
+                         model_a if d[i] > 0 else model_b, model_a if d[i + 1] > 0 else model_b, None])
     elif method == "log_fit":
         fits = fit_log_curves(curves[curves["model"].isin([model_a, model_b])], metric).set_index("model")
         fa, fb = fits.loc[model_a], fits.loc[model_b]
@@ -275,10 +289,29 @@ def crossovers(
             if shared.min() <= kc <= shared.max():
                 steeper_a = fa["slope"] > fb["slope"]
                 rows.append([model_a, model_b, method, kc,
-                             model_b if steeper_a else model_a, model_a if steeper_a else model_b])
+                             model_b if steeper_a else model_a, model_a if steeper_a else model_b, None])
     else:
         raise ValueError(f"method must be 'observed' or 'log_fit', not {method!r}")
+    if intervals is not None:
+        for row in rows:
+            row[6] = _separated(intervals, metric, row[3], row[4], row[5], shared)
     return pd.DataFrame(rows, columns=columns)
+
+
+def _separated(intervals: pd.DataFrame, metric: str, at_k: float, below: str, above: str, shared) -> bool:
+    """Whether ``below`` is ahead beyond both intervals at some shared window under ``at_k``, and ``above`` at some
+    window over it."""
+    ci = intervals[intervals["metric"] == metric].set_index(["model", "context_k"])
+
+    def ahead(lead: str, other: str, ks) -> bool:
+        for k in ks:
+            if (lead, k) in ci.index and (other, k) in ci.index:
+                if ci.loc[(lead, k), "ci_low"] > ci.loc[(other, k), "ci_high"]:
+                    return True
+        return False
+
+    ks = [float(k) for k in shared]
+    return bool(ahead(below, above, [k for k in ks if k < at_k]) and ahead(above, below, [k for k in ks if k > at_k]))
 
 
 def routing_table(scores: pd.DataFrame, metric: str = AVERAGE, models=None) -> pd.DataFrame:
@@ -325,6 +358,7 @@ def classify_scaling(
     decline_pct: float = 1.0,
     plateau_pct: float = 2.0,
     min_log_r2: float = 0.85,
+    min_windows: int = MIN_FIT_WINDOWS,
 ) -> pd.DataFrame:
     """Label each model's curve as Section 4.3 does, by a stated rule.
 
@@ -338,7 +372,10 @@ def classify_scaling(
        ``plateau_pct`` (2%) of the peak.
     3. **logarithmic growth**: otherwise, if the log curve explains the sweep
        (R² >= ``min_log_r2``, 0.85).
-    4. **undetermined**: anything else, or fewer than 3 contexts.
+    4. **undetermined**: anything else.
+
+    A curve with fewer than ``min_windows`` contexts (:data:`MIN_FIT_WINDOWS`) gets no label:
+    ``"not enough windows"``, its rule saying how many it has of how many a label needs.
 
     Returns
     -------
@@ -364,8 +401,9 @@ def classify_scaling(
         s_r2 = logistic.loc[model, "r_squared"]
         s_better = bool(logistic.loc[model, "status"] == "fitted"
                         and logistic.loc[model, "aic"] < log.loc[model, "aic"] - 2)
-        if len(np.unique(k)) < 3:
-            label, rule = "undetermined", "fewer than 3 context points"
+        if len(np.unique(k)) < max(min_windows, 3):
+            label, rule = ("not enough windows",
+                           f"not enough windows to fit ({len(np.unique(k))} of {max(min_windows, 3)})")
         elif start_fraction < cold_start_fraction:
             label, rule = "cold-start", f"starts at {start_fraction:.0%} of its peak (< {cold_start_fraction:.0%})"
         elif final_drop > decline_pct:
@@ -454,9 +492,10 @@ def context_to_reach(scores: pd.DataFrame, threshold: float, metrics=METRICS) ->
 
 
 def metric_correlations(
-    scores: pd.DataFrame, method: str = "pearson", by: str | None = None, metrics=METRICS
+    scores: pd.DataFrame, method: str = "pearson", by: str | None = None, metrics=METRICS,
+    min_n: int = MIN_CORRELATION_N,
 ) -> pd.DataFrame:
-    """Correlations between metrics across configurations, with p-values.
+    """Correlations between metrics across configurations, with p-values and n.
 
     Each configuration (a distinct system, model, context, output, mode and
     question where those columns exist) is one observation of the six metrics.
@@ -466,12 +505,15 @@ def metric_correlations(
     method : {"pearson", "spearman"}
     by : str or None
         Column to compute separate tables for (e.g. ``"model"``); None pools all.
+    min_n : int
+        Observations a coefficient needs to be shown (:data:`MIN_CORRELATION_N`); below it
+        ``enough`` is False (r is still computed from 3 up, for whoever wants it).
 
     Returns
     -------
     DataFrame
         group ("all" when pooled), metric_a, metric_b (each unordered pair once, in
-        metric order), method, r, p_value, n.
+        metric order), method, r, p_value, n, enough (n >= ``min_n``).
 
     Examples
     --------
@@ -505,7 +547,8 @@ def metric_correlations(
             else:
                 r, p = test(pair[a], pair[b])
             rows.append({"group": name, "metric_a": a, "metric_b": b, "method": method,
-                         "r": float(r), "p_value": float(p), "n": len(pair)})
+                         "r": float(r), "p_value": float(p), "n": len(pair),
+                         "enough": bool(len(pair) >= min_n and not math.isnan(float(r)))})
     return pd.DataFrame(rows)
 
 
@@ -727,3 +770,4 @@ def dual_mode_delta(results: pd.DataFrame) -> pd.DataFrame:
     wide["delta"] = wide["score_b"] - wide["score_a"]
     wide["paired"] = wide["score_a"].notna() & wide["score_b"].notna()
     return wide
+

@@ -39,9 +39,10 @@ from .schema import METRICS, RESULT_KEYS
 __all__ = ["CELL_COLUMNS", "EXPLORE_CELL", "Explorer", "serve_explorer"]
 
 #: The columns of :meth:`Explorer.view`, before the metric columns.
-CELL_COLUMNS = [*RESULT_KEYS, "test_type", "question_format", "state", "gold_retrieved", "judge_failures", "average"]
+CELL_COLUMNS = [*RESULT_KEYS, "test_type", "question_format", "state", "gold_retrieved", "judge_failures", "flags",
+                "average"]
 FILTERS = ("system", "model", "context_k", "mode", "test_type", "question_format", "metric", "score_min",
-           "score_max", "judge_failures", "retrieval_miss", "state", "text")
+           "score_max", "judge_failures", "retrieval_miss", "flagged", "state", "text")
 
 
 def _experiment_pairs(manifest: dict) -> list:
@@ -93,6 +94,9 @@ class Explorer:
         self.scores = scores.copy() if len(scores) else pd.DataFrame(columns=[*keys, "metric", "status", "score"])
         for frame in (self.answers, self.scores):
             frame["context_k"] = frame["context_k"].astype(float)
+        from .judge.sanity import judge_flags
+
+        self.scores = judge_flags(self.scores, self.answers)  # computed on reading: stores of any version get them
         self.reference = reference
         self.cells = self._cells(keys)
         self.filters: dict = {}
@@ -137,13 +141,17 @@ class Explorer:
         bad = self.scores[self.scores["status"] != "ok"] if len(self.scores) else self.scores
         failures = (bad.groupby(keys).size().rename("judge_failures") if len(bad)
                     else pd.Series(index=none, dtype=int, name="judge_failures"))
+        raised = ok[ok["flags"] != ""] if len(ok) else ok
+        flags = (raised.groupby(keys)["flags"].agg(lambda f: ",".join(sorted({x for v in f for x in v.split(",")})))
+                 if len(raised) else pd.Series(index=none, dtype=object, name="flags"))
         answered = self.answers.set_index(keys)
         index = answered.index.union(wide.index).union(failures.index)
         cells = pd.DataFrame(index=index)
         cells = cells.join(answered[[c for c in ("status", "gold_retrieved") if c in answered.columns]])
         cells = cells.join(wide.reindex(columns=[m for m in METRICS if m in wide.columns]))
-        cells = cells.join(failures).reset_index()
+        cells = cells.join(failures).join(flags.rename("flags")).reset_index()
         cells["judge_failures"] = cells["judge_failures"].fillna(0).astype(int)
+        cells["flags"] = cells["flags"].fillna("")
         metrics = [m for m in METRICS if m in cells.columns]
         cells["average"] = cells[metrics].mean(axis=1) if metrics else np.nan
         judged = cells[metrics].notna().any(axis=1) if metrics else pd.Series(False, index=cells.index)
@@ -166,12 +174,17 @@ class Explorer:
 
         Keys: system, model, context_k, mode, test_type, question_format (a value or a list);
         metric with score_min / score_max (the average without a metric); judge_failures and
-        retrieval_miss (True: only those); state (``judged``, ``not judged``, ``answer missing``,
+        retrieval_miss (True: only those); flagged (True: cells with a judge sanity flag, or the name of one of
+        :data:`fabnb.judge.sanity.FLAGS`: cells that raise it); state (``judged``, ``not judged``, ``answer missing``,
         ``answer failed``); text (in the question or the answer, case-insensitive).
         """
         unknown = set(criteria) - set(FILTERS)
         if unknown:
             raise ValueError(f"unknown filter(s) {sorted(unknown)}; filters: {', '.join(FILTERS)}")
+        from .judge.sanity import FLAGS
+
+        if criteria.get("flagged") not in (None, "", False, True, *FLAGS):
+            raise ValueError(f"flagged must be True or one of {', '.join(FLAGS)}, not {criteria['flagged']!r}")
         if criteria.get("metric") not in (None, "", *self.metrics, "average"):
             raise ValueError(f"metric {criteria['metric']!r} is not scored here; scored: {self.metrics}")
         for key, value in criteria.items():
@@ -205,6 +218,9 @@ class Explorer:
             mask &= c["judge_failures"] > 0
         if f.get("retrieval_miss"):
             mask &= c["gold_retrieved"].eq(False)
+        if f.get("flagged"):
+            wanted = f["flagged"]
+            mask &= (c["flags"] != "") if wanted is True else c["flags"].str.split(",").map(lambda v: wanted in v)
         if f.get("text"):
             needle = str(f["text"]).lower()
             questions = c["test_id"].map(self.questions["question"]).fillna("").str.lower()

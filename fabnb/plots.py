@@ -12,6 +12,7 @@ function                 paper figure
 :func:`plot_frameworks`  Figure 7: cross-framework comparison
 :func:`plot_radar`       Figure 8: six-metric radar for one case
 :func:`plot_correlations`  Table 4 as a heatmap
+:func:`plot_mode_gap`    Appendix F.3: mode B - mode A per context, with intervals
 :func:`plot_generation`  Algorithm 1's temperature and threshold per attempt
 :func:`plot_failures`    RAG-TESTER: failure rates by configuration or generator
 =======================  ====================================================
@@ -27,7 +28,7 @@ from .schema import AVERAGE, METRIC_LABELS, METRICS
 from .scores import sweep
 
 __all__ = ['plot_breakdown', 'plot_correlations', 'plot_deltas', 'plot_failures', 'plot_frameworks', 'plot_generation',
-           'plot_radar', 'plot_scaling']
+           'plot_mode_gap', 'plot_radar', 'plot_scaling']
 
 
 def _axes(ax, polar: bool = False, size=(7, 4.5)):
@@ -37,6 +38,19 @@ def _axes(ax, polar: bool = False, size=(7, 4.5)):
         return ax
     fig = plt.figure(figsize=size)
     return fig.add_subplot(projection="polar" if polar else None)
+
+
+def _context_axis(ax, contexts, logx: bool, ylabel: str, title: str) -> None:
+    """The context-window x axis (ticks at the windows measured), the y label, the title and a light grid."""
+    if logx:
+        ax.set_xscale("log", base=2)
+    ticks = sorted(pd.unique(contexts))
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{k:g}" for k in ticks], fontsize=8)
+    ax.set_xlabel("Context window (K tokens)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
 
 
 def _palette(n: int):
@@ -52,6 +66,8 @@ def plot_scaling(
     fit: str | None = "log",
     ax=None,
     logx: bool = False,
+    intervals: pd.DataFrame | None = None,
+    min_windows: int = 3,
 ):
     """Score against context window per model, with a fitted curve (Figure 3).
 
@@ -68,6 +84,12 @@ def plot_scaling(
         or :func:`fabnb.analysis.fit_logistic_curves`); its R² goes in the legend.
     logx : bool
         Log-scale the context axis.
+    intervals : DataFrame, optional
+        :func:`fabnb.intervals.mean_intervals` of the same scores: each point gets its 95% interval as an error bar.
+    min_windows : int
+        A curve is drawn through a model's points only from this many windows
+        (the report passes :data:`fabnb.analysis.MIN_FIT_WINDOWS`); below, the points are joined and the legend
+        says the curve was not fitted.
 
     Returns
     -------
@@ -88,36 +110,46 @@ def plot_scaling(
         g = curves[curves["model"] == model]
         label = model
         ax.plot(g["context_k"], g["score"], "o", color=color, ms=5)
-        if fits is not None and fits.loc[model, "status"] == "fitted":
+        if intervals is not None:
+            ci = intervals[(intervals["model"] == model) & (intervals["metric"] == metric)].set_index("context_k")
+            ci = ci.reindex(g["context_k"].to_numpy())
+            low = (g["score"].to_numpy() - ci["ci_low"].to_numpy()).clip(0)
+            high = (ci["ci_high"].to_numpy() - g["score"].to_numpy()).clip(0)
+            ax.errorbar(g["context_k"], g["score"], yerr=np.nan_to_num(np.vstack([low, high])), fmt="none",
+                        ecolor=color, elinewidth=1.0, capsize=3, alpha=0.8)
+        enough = g["context_k"].nunique() >= min_windows
+        if fits is not None and enough and fits.loc[model, "status"] == "fitted":
             grid = np.geomspace(g["context_k"].min(), g["context_k"].max(), 200)
             predict = predict_log_curve if fit == "log" else predict_logistic_curve
             ax.plot(grid, predict(fits.loc[model], grid), "-", color=color, lw=1.6)
             label = f"{model} ({fit} fit R²={fits.loc[model, 'r_squared']:.3f})"
         else:
             ax.plot(g["context_k"], g["score"], "-", color=color, lw=1.0, alpha=0.6)
+            if fits is not None and not enough:
+                label = f"{model} (not fitted: {g['context_k'].nunique()} of {min_windows} windows)"
         ax.plot([], [], "o-", color=color, label=label)
-    if logx:
-        ax.set_xscale("log", base=2)
-    ticks = sorted(curves["context_k"].unique())
-    ax.set_xticks(ticks)
-    ax.set_xticklabels([f"{k:g}" for k in ticks], fontsize=8)
-    ax.set_xlabel("Context window (K tokens)")
-    ax.set_ylabel(f"{METRIC_LABELS[metric]} score (0-1)")
-    ax.set_title(f"{METRIC_LABELS[metric]} score across context windows")
-    ax.grid(alpha=0.3)
+    _context_axis(ax, curves["context_k"], logx, f"{METRIC_LABELS[metric]} score (0-1)",
+                  f"{METRIC_LABELS[metric]} score across context windows")
     ax.legend(fontsize=8, loc="lower right")
     return ax
 
 
-def _grouped_bars(ax, wide: pd.DataFrame, title: str, ylabel: str = "Score (0-1)"):
-    """Bars of the six metrics (hue) for each row of ``wide`` (groups)."""
+def _grouped_bars(ax, wide: pd.DataFrame, title: str, ylabel: str = "Score (0-1)", low=None, high=None):
+    """Bars of the six metrics (hue) for each row of ``wide`` (groups); with ``low`` and ``high`` (frames shaped like
+    ``wide``), each bar gets its interval as an error bar."""
     n = len(METRICS)
     width = 0.8 / n
     wide = wide.reindex(columns=list(METRICS))  # a metric with no score: an empty bar, not a KeyError
     x = np.arange(len(wide))
     for i, (color, metric) in enumerate(zip(_palette(n), METRICS)):
         values = wide[metric].to_numpy(float)
-        bars = ax.bar(x - 0.4 + width * (i + 0.5), values, width, color=color, label=METRIC_LABELS[metric])
+        err = None
+        if low is not None and high is not None:
+            lo = low.reindex(index=wide.index, columns=list(METRICS))[metric].to_numpy(float)
+            hi = high.reindex(index=wide.index, columns=list(METRICS))[metric].to_numpy(float)
+            err = np.nan_to_num(np.vstack([(values - lo).clip(0), (hi - values).clip(0)]))
+        bars = ax.bar(x - 0.4 + width * (i + 0.5), values, width, color=color, label=METRIC_LABELS[metric],
+                      yerr=err, error_kw={"elinewidth": 0.8, "capsize": 2, "ecolor": "0.3"})
         ax.bar_label(bars, fmt="%.2f", fontsize=6, rotation=90, padding=2)
     ax.set_xticks(x)
     ax.set_xticklabels(wide.index, fontsize=9)
@@ -131,8 +163,13 @@ def _grouped_bars(ax, wide: pd.DataFrame, title: str, ylabel: str = "Score (0-1)
     return ax
 
 
-def plot_breakdown(scores: pd.DataFrame, context_k: float, models=None, ax=None):
+def plot_breakdown(scores: pd.DataFrame, context_k: float, models=None, ax=None, intervals=None):
     """The six metrics of each model at one context window (Figures 4 and 5).
+
+    Parameters
+    ----------
+    intervals : DataFrame, optional
+        :func:`fabnb.intervals.mean_intervals` of the same scores: each bar gets its 95% interval.
 
     Returns
     -------
@@ -148,7 +185,12 @@ def plot_breakdown(scores: pd.DataFrame, context_k: float, models=None, ax=None)
     wide = rows.pivot_table(index="model", columns="metric", values="score", aggfunc="first", sort=False)
     if models is not None:
         wide = wide.reindex(models)
-    return _grouped_bars(ax, wide, f"Metric breakdown at {context_k:g}K context")
+    low = high = None
+    if intervals is not None:
+        at = intervals[intervals["context_k"] == context_k]
+        low, high = (at.pivot_table(index="model", columns="metric", values=v, aggfunc="first") for v in
+                     ("ci_low", "ci_high"))
+    return _grouped_bars(ax, wide, f"Metric breakdown at {context_k:g}K context", low=low, high=high)
 
 
 def plot_frameworks(scores: pd.DataFrame, by: str = "system", ax=None):
@@ -247,14 +289,20 @@ def plot_radar(profile: pd.DataFrame, label: str = "model", ax=None, title: str 
     return ax
 
 
-def plot_correlations(correlations: pd.DataFrame, value: str = "r", ax=None, title: str | None = None):
+def plot_correlations(correlations: pd.DataFrame, value: str = "r", ax=None, title: str | None = None,
+                      scale: str = "full"):
     """Lower-triangle heatmap of metric correlations (Table 4).
 
     Parameters
     ----------
     correlations : DataFrame
         Columns metric_a, metric_b and ``value`` (from
-        :func:`fabnb.analysis.metric_correlations` or the published Table 4).
+        :func:`fabnb.analysis.metric_correlations` or the published Table 4), and where present
+        n and enough: a cell with too few observations reads "too few" with its n and is not coloured.
+    scale : {"full", "paper"}
+        ``"full"``: the whole range -1 to 1 on a diverging map centred at 0, for any scores.
+        ``"paper"``: the paper's Table 4 styling (0.5 to 1, viridis), only for its own published
+        table, whose coefficients all lie in that range; a value outside it would be clipped.
 
     Returns
     -------
@@ -262,19 +310,57 @@ def plot_correlations(correlations: pd.DataFrame, value: str = "r", ax=None, tit
     """
     import seaborn as sns
 
+    if scale not in ("full", "paper"):
+        raise ValueError(f"scale must be 'full' or 'paper', not {scale!r}")
     ax = _axes(ax, size=(5.5, 4.5))
     labels = [METRIC_LABELS[m] for m in METRICS]
     order = {m: i for i, m in enumerate(METRICS)}
     values = np.full((len(METRICS), len(METRICS)), np.nan)
     np.fill_diagonal(values, 1.0)
-    for r in correlations.itertuples():
-        i, j = order[r.metric_a], order[r.metric_b]
-        values[i, j] = values[j, i] = getattr(r, value)
+    few = {}
+    for r in correlations.to_dict("records"):
+        i, j = order[r["metric_a"]], order[r["metric_b"]]
+        if not bool(r.get("enough", True)) or pd.isna(r[value]):
+            few[(max(i, j), min(i, j))] = r.get("n")
+            continue
+        values[i, j] = values[j, i] = r[value]
     grid = pd.DataFrame(values, index=labels, columns=labels)
     mask = np.triu(np.ones_like(grid, dtype=bool), k=1)
-    sns.heatmap(grid, mask=mask, ax=ax, annot=True, fmt=".2f", cmap="viridis", vmin=0.5, vmax=1.0,
-                linewidths=0.5, cbar_kws={"label": "correlation"})
+    style = ({"cmap": "RdBu_r", "vmin": -1.0, "vmax": 1.0, "center": 0.0} if scale == "full"
+             else {"cmap": "viridis", "vmin": 0.5, "vmax": 1.0})
+    sns.heatmap(grid, mask=mask, ax=ax, annot=True, fmt=".2f", linewidths=0.5, cbar_kws={"label": "correlation"},
+                **style)
+    for (i, j), n in few.items():  # not coloured: the cell stays blank, and says why
+        ax.text(j + 0.5, i + 0.5, "too few" + ("" if n is None or pd.isna(n) else f"\nn = {int(n)}"),
+                ha="center", va="center", fontsize=7, color="0.35")
     ax.set_title(title or "Inter-metric correlation")
+    return ax
+
+
+def plot_mode_gap(gap: pd.DataFrame, metric: str = AVERAGE, ax=None):
+    """Mode B minus mode A against context per system, with each difference's 95% interval.
+
+    Parameters
+    ----------
+    gap : DataFrame
+        :func:`fabnb.intervals.mode_gap`: model, context_k, metric, delta, ci_low, ci_high.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    ax = _axes(ax)
+    rows = gap[gap["metric"] == metric]
+    models = list(dict.fromkeys(rows["model"]))
+    for color, model in zip(_palette(len(models)), models):
+        g = rows[rows["model"] == model].sort_values("context_k")
+        err = np.vstack([(g["delta"] - g["ci_low"]).clip(lower=0), (g["ci_high"] - g["delta"]).clip(lower=0)])
+        ax.errorbar(g["context_k"], g["delta"], yerr=np.nan_to_num(err), fmt="o-", color=color, capsize=3,
+                    label=model)
+    ax.axhline(0.0, color="0.4", lw=0.8)
+    _context_axis(ax, rows["context_k"], True, f"{METRIC_LABELS[metric]}: mode B - mode A",
+                  "Gold context injected (B) against own retrieval (A)")
+    ax.legend(fontsize=8)
     return ax
 
 

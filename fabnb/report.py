@@ -21,7 +21,9 @@ import pandas as pd
 from . import __version__, plots, published
 from . import analysis as A
 from .claims import VERDICTS, Paper, check_claims
-from .schema import METRIC_LABELS
+from .intervals import mean_intervals, mode_gap
+from .schema import AVERAGE, METRIC_LABELS, SCORE_KEYS
+from .scores import with_average
 
 __all__ = ['Report', 'Reproduction', 'reproduce']
 
@@ -172,7 +174,8 @@ class Reproduction:
 
 
 def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: str | None = None,
-              figures: tuple | list = FIGURE_FORMATS) -> Reproduction:
+              figures: tuple | list = FIGURE_FORMATS, *, min_windows: int = A.MIN_FIT_WINDOWS,
+              n_boot: int | None = None, seed: int | None = None) -> Reproduction:
     """Write every figure, table and the claims report of the paper to ``out_dir``.
 
     Parameters
@@ -182,12 +185,20 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
     scores : DataFrame, optional
         A user's own score frame (checked, e.g. from :func:`fabnb.scores.read_scores`)
         to analyse instead of the paper's published numbers. The claims table is
-        about the paper, so it is only made for the published numbers.
+        about the paper, so it is only made for the published numbers. With per-question
+        scores (a ``test_id`` column) every mean gets a bootstrap interval over questions
+        (tables, error bars, crossovers); with a ``mode`` column holding A and B, the
+        analyses are of mode A, mode B's are in ``mode-B/``, and the report has the B - A table.
     source : str, optional
         Where ``scores`` came from, for the report.
     figures : sequence of str, default ``("png", "svg")``
         The formats each figure is saved in (any format matplotlib writes). Empty: no figure is drawn, and the
         tables, the claims and the report come in a fraction of the time.
+    min_windows : int
+        Windows a curve needs for its fit, behaviour label, operating points and crossovers
+        (:data:`fabnb.analysis.MIN_FIT_WINDOWS`); below, the report says how many it has.
+    n_boot, seed : int, optional
+        Bootstrap draws and seed of the intervals (:data:`fabnb.stats.N_BOOT`, :data:`fabnb.stats.SEED`).
 
     Returns
     -------
@@ -211,10 +222,31 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
     tabs.mkdir(parents=True, exist_ok=True)
     is_paper = scores is None
     data = published.scores() if is_paper else scores
+    stats = {"n_boot": n_boot, "seed": seed}
+    modes = sorted(set(data["mode"].dropna())) if "mode" in data.columns else []
+    gap = None
+    if len(modes) > 1:
+        # Both modes: the analyses are of A (the system's own retrieval), B's have a report of their own, and the
+        # difference is tabled here.
+        first, *others = ["A", *[m for m in modes if m != "A"]] if "A" in modes else modes
+        for other in others:
+            reproduce(out / f"mode-{other}", data[data["mode"] == other], f"{source or 'a score frame'}, mode {other}",
+                      formats, min_windows=min_windows, **stats)
+        if "test_id" in data.columns:
+            gap = mode_gap(data, **stats)
+        data = data[data["mode"] == first]
+    per_question = None
+    if "test_id" in data.columns:
+        per_question = data
+        keys = [c for c in SCORE_KEYS if c in data.columns and c != "test_id"] + ["metric"]
+        data = data.assign(score=data["score"].astype(float)).groupby(keys, dropna=False)["score"].mean(
+            ).reset_index()
+        data = with_average(data)
     sweeps = data[data["context_k"].notna()]
     models = list(dict.fromkeys(sweeps["model"]))
     primary = [m for m in published.PRIMARY_MODELS if m in models] if is_paper else models
     main = sweeps[sweeps["model"].isin(primary)]
+    intervals = mean_intervals(per_question, **stats) if per_question is not None else None
 
     report = Report("FAB-Bench reproduction" if is_paper else "fabnb analysis of a user's score file")
     report.text(f"Made by fabnb {__version__} (`fabnb reproduce`) from "
@@ -224,9 +256,13 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
         report.text("Figures were not drawn for this report (figures = []); the tables below hold their numbers.")
     drawn = _Figures(figs, formats, report)
     claims = _claims_section(report, data, tabs) if is_paper else None
-    _scaling_section(report, sweeps, primary, drawn, tabs)
-    _crossover_section(report, main, primary, tabs)
-    _diagnostics_section(report, main, sweeps, primary, is_paper, drawn, tabs)
+    if intervals is not None:
+        _interval_section(report, intervals, tabs)
+    if gap is not None:
+        _mode_gap_section(report, gap, others, drawn, tabs)
+    _scaling_section(report, sweeps, primary, drawn, tabs, 3 if is_paper else min_windows, intervals)
+    _crossover_section(report, main, primary, tabs, 3 if is_paper else min_windows, intervals)
+    _diagnostics_section(report, main, sweeps, primary, is_paper, drawn, tabs, intervals)
     _framework_section(report, data[data["context_k"].isna()], drawn, tabs)
     _consistency_section(report, data, tabs)
     (out / "report.md").write_text(report.markdown(), encoding="utf-8")
@@ -234,6 +270,36 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
     drawn_files = sorted(figs.glob(f"*.{formats[0]}")) if formats else []
     return Reproduction(out, out / "report.md", out / "report.html", drawn_files,
                         sorted(tabs.glob("*.csv")), claims)
+
+
+def _interval_section(report: Report, intervals: pd.DataFrame, tabs: Path) -> None:
+    """Every cell mean with its bootstrap interval over questions."""
+    _save_table(intervals, tabs, "mean_intervals")
+    report.heading("Means with 95% intervals")
+    report.text("Each mean is over questions (replicates averaged first), with a 95% percentile bootstrap interval "
+                "that resamples questions (fabnb.stats.bootstrap_means). Two means whose intervals overlap are not "
+                "shown to differ. A cell of one question has no interval.")
+    wide = intervals.pivot_table(index=[c for c in ("model", "context_k") if c in intervals.columns],
+                                 columns="metric", values="shown", aggfunc="first").reset_index()
+    wide.columns.name = None
+    report.table(wide, "Mean [95% interval] per system, window and metric")
+
+
+def _mode_gap_section(report: Report, gap: pd.DataFrame, others: list, figs: _Figures, tabs: Path) -> None:
+    """Mode B - mode A per system and window: paired over questions."""
+    _save_table(gap, tabs, "mode_gap")
+    report.heading("Dual mode: gold context (B) against own retrieval (A), Appendix F.3")
+    report.text("delta is the mean over the questions scored in both modes of (B - A), with a paired 95% bootstrap "
+                "interval over those questions; b_better is the share of them where B scored higher. A positive "
+                "delta whose interval excludes 0 says retrieval lost what the gold context held. The analyses below "
+                "are of mode A; " + ", ".join(f"mode {m}'s are in [mode-{m}/report.md](mode-{m}/report.md)"
+                                              for m in others) + ".")
+    shown = gap[gap["metric"] == AVERAGE] if (gap["metric"] == AVERAGE).any() else gap
+    report.table(shown.drop(columns=[c for c in ("system", "output_k") if c in shown.columns]),
+                 "B - A per system and window (average of the judged metrics; every metric in tables/mode_gap.csv)")
+    if len(shown):
+        figs.draw("mode_gap", "Mode B - mode A against context, with paired 95% intervals.",
+                  lambda: plots.plot_mode_gap(gap))
 
 
 def _claims_section(report: Report, data: pd.DataFrame, tabs: Path) -> pd.DataFrame:
@@ -258,15 +324,25 @@ def _claims_section(report: Report, data: pd.DataFrame, tabs: Path) -> pd.DataFr
     return claims
 
 
-def _scaling_section(report: Report, sweeps: pd.DataFrame, primary: list, figs: _Figures, tabs: Path) -> None:
-    """Context scaling (Section 4, Figure 3): log and S-curve fits, labels, operating points."""
+def _scaling_section(report: Report, sweeps: pd.DataFrame, primary: list, figs: _Figures, tabs: Path,
+                     min_windows: int, intervals: pd.DataFrame | None) -> None:
+    """Context scaling (Section 4, Figure 3): log and S-curve fits, labels, operating points; only for curves with
+    ``min_windows`` windows or more."""
     import matplotlib.pyplot as plt
 
     report.heading("Context scaling (Section 4, Figure 3)")
-    log_fits = A.fit_log_curves(sweeps)
-    logistic_fits = A.fit_logistic_curves(sweeps)
-    labels = A.classify_scaling(sweeps)
-    points = A.operating_points(sweeps)
+    windows = sweeps.groupby("model", sort=False)["context_k"].nunique()
+    fitted = sweeps[sweeps["model"].map(windows) >= min_windows]
+    short = windows[windows < min_windows]
+    if len(short):
+        report.text("; ".join(f"{m}: not enough windows to fit ({n} of {min_windows})" for m, n in short.items())
+                    + f". A fit, its behaviour label and operating points need {min_windows} windows or more "
+                    "(fabnb.analysis.MIN_FIT_WINDOWS, docs/statistics.md says why); add windows to the experiment "
+                    "to get them. The means are in the tables above and in the figure, with their intervals.")
+    log_fits = A.fit_log_curves(fitted)
+    logistic_fits = A.fit_logistic_curves(fitted)
+    labels = A.classify_scaling(sweeps, min_windows=min_windows)
+    points = A.operating_points(fitted)
     for name, frame in (("log_fits", log_fits), ("logistic_fits", logistic_fits),
                         ("scaling_labels", labels), ("operating_points", points)):
         _save_table(frame, tabs, name)
@@ -274,50 +350,69 @@ def _scaling_section(report: Report, sweeps: pd.DataFrame, primary: list, figs: 
     def panels():
         fig, axes = plt.subplots(1, len(primary), figsize=(4.2 * len(primary), 3.8), sharey=True, squeeze=False)
         for ax, model in zip(axes[0], primary):
-            plots.plot_scaling(sweeps, models=[model], ax=ax)
+            plots.plot_scaling(sweeps, models=[model], ax=ax, intervals=intervals, min_windows=min_windows)
             label = labels.set_index("model").loc[model, "label"]
             ax.set_title(f"{model}\n({label})", fontsize=10)
             ax.legend(fontsize=7, loc="lower right")
         return axes[0][0]
 
-    figs.draw("fig3_scaling_panels", "Average score against context window with log-curve fits (Figure 3).", panels)
-    figs.draw("fig3_scaling_all_models", "All models on a log2 context axis, log-curve fits.",
-              lambda: plots.plot_scaling(sweeps, logx=True))
+    bars = " Error bars: 95% bootstrap intervals over questions." if intervals is not None else ""
+    figs.draw("fig3_scaling_panels", "Average score against context window with log-curve fits (Figure 3)." + bars,
+              panels)
+    figs.draw("fig3_scaling_all_models", "All models on a log2 context axis, log-curve fits." + bars,
+              lambda: plots.plot_scaling(sweeps, logx=True, intervals=intervals, min_windows=min_windows))
     figs.draw("fig3_scaling_logistic", "The same with the saturating S-curve alternative.",
-              lambda: plots.plot_scaling(sweeps, fit="logistic", logx=True))
-    report.table(log_fits[["model", "n_points", "intercept", "slope", "slope_ci_low", "slope_ci_high", "r_squared",
-                           "status", "reason"]], "Log-curve fits: score = intercept + slope x ln(context_k), 95% CI")
+              lambda: plots.plot_scaling(sweeps, fit="logistic", logx=True, min_windows=min_windows))
+    if len(log_fits):
+        report.table(log_fits[["model", "n_points", "intercept", "slope", "slope_ci_low", "slope_ci_high",
+                               "r_squared", "status", "reason"]],
+                     "Log-curve fits: score = intercept + slope x ln(context_k), 95% CI")
     report.table(labels[["model", "label", "rule", "start_fraction", "final_drop_pct", "log_r2", "logistic_r2",
                          "s_curve_preferred"]], "Scaling behaviour by the rule of analysis.classify_scaling")
-    report.table(points.drop(columns=["metric", "fraction"]),
-                 "Operating points (90% of peak; half-way = critical mass)")
+    if len(points):
+        report.table(points.drop(columns=["metric", "fraction"]),
+                     "Operating points (90% of peak; half-way = critical mass)")
 
 
-def _crossover_section(report: Report, main: pd.DataFrame, primary: list, tabs: Path) -> None:
-    """Crossovers and routing (Section 8.2)."""
+def _crossover_section(report: Report, main: pd.DataFrame, primary: list, tabs: Path, min_windows: int,
+                       intervals: pd.DataFrame | None) -> None:
+    """Crossovers and routing (Section 8.2): crossings of curves with ``min_windows`` windows or more; with
+    intervals, claimed only where the curves' intervals separate on both sides."""
     report.heading("Crossovers and routing (Section 8.2)")
+    windows = main.groupby("model")["context_k"].nunique()
+    long = [m for m in primary if windows.get(m, 0) >= min_windows]
     cross = []
-    for i, a in enumerate(primary):
-        for b in primary[i + 1:]:
+    for i, a in enumerate(long):
+        for b in long[i + 1:]:
             for method in ("observed", "log_fit"):
-                cross.append(A.crossovers(main, a, b, method=method))
+                cross.append(A.crossovers(main, a, b, method=method, intervals=intervals))
     cross = pd.concat(cross, ignore_index=True) if cross else pd.DataFrame()
     routing = A.routing_table(main) if len(primary) > 1 else pd.DataFrame()
     _save_table(cross, tabs, "crossovers")
     _save_table(routing, tabs, "routing")
+    if len(primary) < 2:
+        report.text(f"Crossovers and routing compare two systems or more; these scores have {len(primary)}.")
+        return
+    if len(long) < 2:
+        report.text(f"No crossover is read: it needs two curves of {min_windows} windows or more.")
+    if intervals is not None and len(cross):
+        noise = int((~cross["separated"].astype(bool)).sum())
+        report.text(f"{noise} of {len(cross)} crossings lie within the noise (the two curves' intervals do not "
+                    "separate on both sides) and are not claimed; the column separated says which.")
     report.table(cross, "Where two models' curves cross (observed: interpolated in ln context; log_fit: fitted curves)")
     report.table(routing, "Best model per context window, and the runs each wins")
 
 
 def _diagnostics_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFrame, primary: list, is_paper: bool,
-                         figs: _Figures, tabs: Path) -> None:
+                         figs: _Figures, tabs: Path, intervals: pd.DataFrame | None = None) -> None:
     """Metric diagnostics (Section 5; Figures 4, 5, 6, 8; Table 4)."""
     report.heading("Metric diagnostics (Section 5)")
     contexts = sorted(main["context_k"].unique())
     lo, hi = (4.0, 28.0) if is_paper else (contexts[0], contexts[-1])
     for k, fig_name, caption in ((lo, "fig4_breakdown_low", "Figure 4"), (hi, "fig5_breakdown_high", "Figure 5")):
-        figs.draw(fig_name, f"Metric breakdown at {k:g}K ({caption}).",
-                  lambda k=k: plots.plot_breakdown(main, k, models=primary))
+        figs.draw(fig_name, f"Metric breakdown at {k:g}K ({caption})."
+                  + (" Error bars: 95% bootstrap intervals over questions." if intervals is not None else ""),
+                  lambda k=k: plots.plot_breakdown(main, k, models=primary, intervals=intervals))
         profile = A.metric_profile(main, k)
         _save_table(profile, tabs, f"profile_{k:g}k")
         report.table(profile, f"Six-metric profiles at {k:g}K, with balance (range, std)")
@@ -354,9 +449,21 @@ def _correlation_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFram
     _save_table(pd.concat([pearson, spearman], ignore_index=True), tabs, "correlations_pooled")
     _save_table(by_model, tabs, "correlations_by_model")
     if not is_paper:
-        figs.draw("correlations", "Inter-metric Pearson correlations over all configurations.",
-                  lambda: plots.plot_correlations(pearson))
-        report.table(pearson, "Pooled Pearson correlations with p-values")
+        few = pearson[~pearson["enough"]]
+        if len(few):
+            report.text(f"{len(few)} of {len(pearson)} metric pairs have fewer than {A.MIN_CORRELATION_N} "
+                        f"configurations (n = {int(few['n'].max())} at most): their cells read \"too few\" and are "
+                        "not coloured (fabnb.analysis.MIN_CORRELATION_N, docs/statistics.md). More windows, systems "
+                        "or modes give more configurations.")
+        figs.draw("correlations", "Inter-metric Pearson correlations over all configurations, on the full -1 to 1 "
+                  "scale.", lambda: plots.plot_correlations(pearson))
+        shown = pearson.assign(r=pearson["r"].where(pearson["enough"]),
+                               p_value=pearson["p_value"].where(pearson["enough"]),
+                               shown=[f"{r:+.2f} (n = {n}, p = {p:.3g})" if ok else f"too few (n = {n})"
+                                      for r, n, p, ok in zip(pearson["r"], pearson["n"], pearson["p_value"],
+                                                             pearson["enough"])])
+        report.table(shown[["metric_a", "metric_b", "shown", "r", "p_value", "n"]],
+                     "Pooled Pearson correlations with n and p-values")
         return
     comparison = A.compare_correlations(pearson, published.correlations())
     comparison["r_computed_all_39"] = A.compare_correlations(
@@ -366,12 +473,12 @@ def _correlation_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFram
 
     def side_by_side():
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-        plots.plot_correlations(published.correlations(), ax=axes[0], title="Table 4 as published")
-        plots.plot_correlations(pearson, ax=axes[1], title="Recomputed from Tables 17-19 (33 configs)")
+        plots.plot_correlations(published.correlations(), ax=axes[0], title="Table 4 as published", scale="paper")
+        plots.plot_correlations(pearson, ax=axes[1], title="Recomputed from Tables 17-19 (33 configs)", scale="paper")
         return axes[0]
 
-    figs.draw("table4_correlations", "Inter-metric Pearson correlations: published against recomputed.",
-              side_by_side)
+    figs.draw("table4_correlations", "Inter-metric Pearson correlations: published against recomputed, in the "
+              "paper's styling (0.5 to 1), where every published and recomputed coefficient lies.", side_by_side)
     report.table(comparison, "Table 4 against the correlations its own Tables 17-19 give "
                              "(Pearson over the 33 primary configurations; also over all 39, and Spearman)")
 

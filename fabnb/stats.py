@@ -5,6 +5,8 @@
 - judge reliability: :func:`ppi_mean` (prediction-powered inference);
 - comparisons of matched binary outcomes: :func:`mcnemar_paired`, and bootstrap
   intervals over clusters (documents): :func:`bootstrap_group_diff`, :func:`bootstrap_rate_diff`;
+- means over questions: :func:`bootstrap_means`, a seeded percentile bootstrap that resamples
+  questions (with replicates, a question's rows go together as one cluster);
 - proportions: :func:`wilson_interval`, whose bounds always contain the estimate
   (statsmodels' formula can land 1e-16 past it at 0 of n or n of n).
 
@@ -26,8 +28,8 @@ import math
 import numpy as np
 import pandas as pd
 
-__all__ = ["bootstrap_group_diff", "bootstrap_rate_diff", "icc", "krippendorff_alpha", "mcnemar_paired", "ppi_mean",
-           "weighted_kappa", "wilson_interval"]
+__all__ = ["bootstrap_group_diff", "bootstrap_means", "bootstrap_rate_diff", "icc", "krippendorff_alpha",
+           "mcnemar_paired", "ppi_mean", "weighted_kappa", "wilson_interval"]
 
 
 def wilson_interval(successes: int, n: int, ci: float = 0.95) -> tuple[float, float]:
@@ -266,3 +268,77 @@ def bootstrap_rate_diff(frame: pd.DataFrame, a: str, b: str, cluster: str = "doc
     long = pd.concat(sides, ignore_index=True)
     r = bootstrap_group_diff(long, "_side", "a", "b", value="_failed", cluster=cluster, n_boot=n_boot, seed=seed, ci=ci)
     return {k: r[k] for k in ("diff", "ci_low", "ci_high", "n_clusters")}
+
+
+#: Bootstrap draws and seed of every interval the report gives, unless an experiment's ``[report]`` says otherwise.
+N_BOOT = 2000
+SEED = 0
+
+
+def _stable_seed(seed: int, key) -> list[int]:
+    # One generator per group, seeded by the group's key: a group's interval does not move when other groups
+    # come or go (a new window, a failed cell healed elsewhere).
+    import zlib
+
+    return [int(seed), zlib.crc32(repr(key).encode("utf-8"))]
+
+
+def bootstrap_means(frame: pd.DataFrame, by, value: str = "score", cluster: str = "test_id", *,
+                    n_boot: int = N_BOOT, seed: int = SEED, ci: float = 0.95) -> pd.DataFrame:
+    """Mean of ``value`` per group with a percentile bootstrap interval over clusters (questions).
+
+    Questions are the unit a benchmark samples, so questions are resampled, not rows: with
+    replicates (several judge runs of one answer) a question's rows are drawn together, and
+    the mean is over every row drawn (Efron & Tibshirani 1993, *An Introduction to the
+    Bootstrap*, ch. 13; the cluster bootstrap of Field & Welsh 2007, *J. R. Stat. Soc. B*
+    69: 369-390). Missing values are left out and counted: the mean is of what is there.
+
+    Parameters
+    ----------
+    frame : DataFrame
+        One row per score: the ``by`` columns, ``value`` and ``cluster``.
+    by : list of str
+        The columns of a cell (system, context_k, mode, metric, ...).
+    n_boot, seed, ci
+        Draws, seed (each group's generator is seeded by ``seed`` and the group's key, so an
+        interval is the same whatever other groups the frame holds) and confidence level.
+
+    Returns
+    -------
+    DataFrame
+        The ``by`` columns, mean, ci_low, ci_high, n (values averaged), n_clusters. The
+        interval is NaN where there is one cluster (no interval can be drawn from one question).
+
+    Examples
+    --------
+    >>> f = pd.DataFrame({"metric": "depth", "test_id": ["q1", "q2", "q3", "q4"], "score": [0.2, 0.4, 0.6, 0.8]})
+    >>> r = bootstrap_means(f, ["metric"], n_boot=500).iloc[0]
+    >>> float(round(r["mean"], 3)), bool(r["ci_low"] < r["mean"] < r["ci_high"]), int(r["n_clusters"])
+    (0.5, True, 4)
+    >>> bootstrap_means(f.head(1), ["metric"])[["mean", "ci_low", "n_clusters"]].to_dict("records")
+    [{'mean': 0.2, 'ci_low': nan, 'n_clusters': 1}]
+    """
+    by = list(by)
+    columns = [*by, "mean", "ci_low", "ci_high", "n", "n_clusters"]
+    if n_boot < 1 or not 0 < ci < 1:
+        raise ValueError(f"bootstrap_means needs n_boot >= 1 and 0 < ci < 1, got n_boot={n_boot}, ci={ci}")
+    present = frame[by + [cluster, value]].copy()
+    present[value] = pd.to_numeric(present[value], errors="coerce")
+    present = present[present[value].notna()]
+    if present.empty:
+        return pd.DataFrame(columns=columns)
+    per = present.groupby([*by, cluster], dropna=False, sort=True)[value].agg(["sum", "size"]).reset_index()
+    rows = []
+    q = [(1 - ci) / 2, 1 - (1 - ci) / 2]
+    for key, g in per.groupby(by, dropna=False, sort=True) if by else [((), per)]:
+        sums, sizes = g["sum"].to_numpy(float), g["size"].to_numpy(float)
+        mean = sums.sum() / sizes.sum()
+        lo = hi = np.nan
+        if len(g) > 1:
+            idx = np.random.default_rng(_stable_seed(seed, key)).integers(0, len(g), size=(n_boot, len(g)))
+            boots = sums[idx].sum(axis=1) / sizes[idx].sum(axis=1)
+            lo, hi = np.quantile(boots, q)
+            lo, hi = min(lo, mean), max(hi, mean)  # a percentile interval can miss a skewed mean by rounding
+        key = key if isinstance(key, tuple) else (key,)
+        rows.append([*key, float(mean), float(lo), float(hi), int(sizes.sum()), len(g)])
+    return pd.DataFrame(rows, columns=columns)

@@ -513,7 +513,7 @@ class ResultsExplorer(_View):
                 changes[key] = float(changes[key])
         if "context_k" in changes and changes["context_k"] not in ("", None):
             changes["context_k"] = float(changes["context_k"])
-        for key in ("judge_failures", "retrieval_miss"):
+        for key in ("judge_failures", "retrieval_miss", "flagged"):
             if key in changes and not changes[key]:
                 changes[key] = None
         self.explorer.filter(**changes)

@@ -43,6 +43,20 @@ def six_metric_frame(models=("a", "b"), contexts=(4, 8, 16, 32), seed=0) -> pd.D
     return pd.DataFrame(rows)
 
 
+def per_question(seed=0, contexts=(4, 8, 16), n=12, modes=("A", "B")):
+    """Per-question scores of one system: windows 4-16K, 12 questions, mode B 0.2 above mode A, noise sd 0.1."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for mode in modes:
+        for k in contexts:
+            for q in range(n):
+                for m in METRICS:
+                    base = 0.4 + 0.05 * np.log2(k / 4) + (0.2 if mode == "B" else 0.0)
+                    rows.append({"system": "s", "model": "s", "context_k": float(k), "mode": mode, "test_id": f"q{q}",
+                                 "metric": m, "score": float(np.clip(base + rng.normal(0, 0.1), 0, 1))})
+    return pd.DataFrame(rows)
+
+
 @pytest.fixture
 def six():
     return six_metric_frame()

@@ -9,7 +9,8 @@ import importlib
 import inspect
 
 #: The modules whose functions the property tests call.
-MODULES = ("fabnb.analysis", "fabnb.plots", "fabnb.stats", "fabnb.judge", "fabnb.judge.oracle", "fabnb.rating",
+MODULES = ("fabnb.analysis", "fabnb.intervals", "fabnb.plots", "fabnb.stats", "fabnb.judge", "fabnb.judge.oracle",
+           "fabnb.judge.sanity", "fabnb.rating",
            "fabnb.study", "fabnb.generation")
 
 

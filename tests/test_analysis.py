@@ -7,10 +7,11 @@ import pandas as pd
 import pytest
 
 from fabnb import analysis as A
+from fabnb.intervals import mean_intervals
 from fabnb.schema import METRICS
 from fabnb.scores import ScoreError
 
-from conftest import long_frame, six_metric_frame
+from conftest import long_frame, per_question, six_metric_frame
 
 K = [4, 8, 16, 32, 64]
 
@@ -115,7 +116,7 @@ def test_classify_scaling_rule():
     })
     labels = A.classify_scaling(df).set_index("model").label.to_dict()
     assert labels == {"cold": "cold-start", "sat": "early saturation", "plateau": "early saturation",
-                      "log": "logarithmic growth", "flat": "undetermined"}
+                      "log": "logarithmic growth", "flat": "not enough windows"}
 
 
 def test_gain_rates_per_k_and_per_doubling():
@@ -231,3 +232,35 @@ def test_functions_do_not_mutate_input():
                  lambda d: A.metric_profile(d, 4), A.classify_scaling, A.routing_table):
         call(df)
     pd.testing.assert_frame_equal(df, before)
+
+
+
+# ------------------------------------------------------------- small data: labels, correlations, crossovers
+
+
+def test_three_windows_give_no_label_and_correlations_from_three_points_are_too_few():
+    """Observations 3 and 4 of issue 28: r = +/-1.00 and 'early saturation' from three windows."""
+    df = long_frame({"m": {1: 0.60, 2: 0.70, 4: 0.69}})
+    assert A.classify_scaling(df).iloc[0]["label"] == "not enough windows"
+    assert A.classify_scaling(df, min_windows=3).iloc[0]["label"] == "early saturation"  # what it said before
+    corr = A.metric_correlations(per_question(modes=("A",)).groupby(
+        ["model", "context_k", "metric"], as_index=False)["score"].mean())
+    assert (corr["n"] == 3).all() and not corr["enough"].any()
+    assert A.metric_correlations(per_question(modes=("A",)))["enough"].all()  # 36 per-question rows are enough
+
+
+def test_a_crossover_inside_the_noise_is_not_separated():
+    rows = []
+    for model, curve in (("a", [0.70, 0.62, 0.50]), ("b", [0.50, 0.60, 0.70])):
+        for k, mean in zip((4, 8, 16), curve):
+            for q, noise in enumerate((-0.02, 0.0, 0.02)):
+                rows.append({"model": model, "context_k": float(k), "test_id": f"q{q}", "metric": "average",
+                             "score": mean + noise})
+    per = pd.DataFrame(rows)
+    cells = per.groupby(["model", "context_k", "metric"], as_index=False)["score"].mean()
+    ci = mean_intervals(per, n_boot=500)
+    cross = A.crossovers(cells, "a", "b", intervals=ci)
+    assert len(cross) == 1 and bool(cross["separated"].iloc[0])
+    wide = per.assign(score=per["score"] + per["test_id"].map({"q0": -0.3, "q1": 0.0, "q2": 0.3}))
+    assert not A.crossovers(cells, "a", "b", intervals=mean_intervals(wide, n_boot=500))["separated"].iloc[0]
+    assert A.crossovers(cells, "a", "b")["separated"].isna().all()

@@ -409,7 +409,7 @@ def test_a_run_writes_answers_scores_manifest_report_and_never_the_key(tmp_path,
     assert judge_stage["prompt_tokens"] == 32 * 900 and judge_stage["cost_usd"] == pytest.approx(
         (32 * 900 * 0.5 + 32 * 20 * 4.0) / 1e6)
     summary = (out / "summary.md").read_text()
-    assert "7 (n = 4 / 4)" not in summary and "0.700 (n = 4 / 4)" in summary
+    assert " 7 [" not in summary and "0.700 [0.700, 0.700] (n = 4 / 4)" in summary
     assert (out / "report" / "report.md").exists() and list((out / "report" / "figures").glob("*.png"))
     assert not list((out / "report" / "figures").glob("*.svg"))  # the formats asked for, and no other
     assert pd.read_csv(out / "coverage.csv")["n"].eq(4).all()
@@ -426,8 +426,12 @@ def test_the_report_can_put_the_papers_models_beside_yours(tmp_path, stub):
                       report="compare_published = true\nfigures = []")
     run = run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
     fits = pd.read_csv(run.output / "report" / "tables" / "log_fits.csv")
-    assert set(fits["model"]) == {"ref", "Gemini-2.5-Flash (paper)", "Qwen-Plus (paper)", "DeepSeek-v3.2-Exp (paper)"}
-    assert "0.700 (n = 2 / 2)" in run.report.read_text()
+    # The paper's 11-window curves are fitted; the run's 3 windows are too few for a fit or a label.
+    assert set(fits["model"]) == {"Gemini-2.5-Flash (paper)", "Qwen-Plus (paper)", "DeepSeek-v3.2-Exp (paper)"}
+    labels = pd.read_csv(run.output / "report" / "tables" / "scaling_labels.csv").set_index("model")["label"]
+    assert labels["ref"] == "not enough windows" and labels["Qwen-Plus (paper)"] != "not enough windows"
+    assert "ref: not enough windows to fit (3 of 5)" in (run.output / "report" / "report.md").read_text()
+    assert "0.700 [0.700, 0.700] (n = 2 / 2)" in run.report.read_text()
 
 
 def test_a_rerun_asks_nothing_and_new_windows_ask_only_their_cells(tmp_path, stub):
@@ -612,7 +616,13 @@ def test_the_offline_example_runs_on_the_embedded_model(tmp_path):
     assert answers["ok"] == 9 and judge["planned"] == 54 and judge["ok"] + judge["failed"] == 54
     assert judge["ok"] >= 40, judge  # a small judge breaks its JSON now and then; those cells are recorded
     assert manifest["endpoints"]["judge"]["model_reported"]
-    assert "(n = " in (out / "summary.md").read_text() and (out / "report" / "report.md").exists()
+    summary = (out / "summary.md").read_text()
+    assert "(n = " in summary and (out / "report" / "report.md").exists()
+    # Issue 28: intervals beside the means, and the caveats this run earns (the embedded model judged itself).
+    caveats = summary.split("## Caveats")[1].split("## Calls")[0]
+    assert all(w in caveats for w in ("Few questions", "One replicate", "Self-preference", "Too few windows"))
+    cov = pd.read_csv(out / "coverage.csv")
+    assert cov.loc[cov["n"] >= 2, "ci_low"].notna().all()
     print(f"offline example: {seconds:.0f} s; judge {judge['ok']}/54 ok")
 
 
@@ -789,3 +799,93 @@ def test_a_server_on_a_new_port_is_the_same_server_when_the_user_says_so(tmp_pat
     path.write_text(path.read_text().replace('model = "stub-answerer"', 'model = "other-model"'))
     with pytest.raises(ExperimentError, match="stub-answerer' -> .* other-model"):
         run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet, endpoint_moved=["ref"])
+
+
+REPEATED = "1200 cm2/V·s " * 7
+
+
+def judge_varied(request: dict, n: int):
+    """Answers: one question in three gets the embedded model's repeated phrase, the others an echo. Judge calls:
+    10/10 with an empty reason for the repeated phrase (what the embedded model did), else a score that varies
+    with the prompt (so means, intervals and correlations have something to show)."""
+    import zlib
+
+    model = request.get("model", "stub")
+    content = "\n".join(m["content"] for m in request["messages"])
+    if request.get("response_format"):
+        if REPEATED.strip() in content:
+            reply = {"reason": "The reason is the same as the score", "score": 10}
+        else:
+            reply = {"reason": "The answer names the mechanism and the figures the question asks for.",
+                     "score": 3 + zlib.crc32(content.encode()) % 6}
+        return 200, completion(json.dumps(reply), model=model, prompt_tokens=900, completion_tokens=20), {}
+    last = request["messages"][-1]["content"]
+    if zlib.crc32(last.splitlines()[-3 if len(last.splitlines()) >= 3 else -1].encode()) % 3 == 0:
+        return 200, completion(REPEATED, model=model, prompt_tokens=300, completion_tokens=40), {}
+    return judge_or_echo(request, n)
+
+
+def test_a_small_two_mode_study_reports_intervals_the_gap_caveats_and_flags_and_no_claim_it_cannot_carry(
+        tmp_path, monkeypatch):
+    """Issue 28's five observations on the study it describes: one system, 6 questions, windows 1, 2 and 4K,
+    modes A and B, six metrics, a scripted endpoint as system and judge."""
+    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FABNB_TEST_KEY", "sk-test")
+    with StubServer(judge_varied) as server:
+        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
+        path = write_file(tmp_path, sample=6, windows="[1, 2, 4]", metrics='"all"',
+                          report="figures = []\nbootstrap = 500\nseed = 7")
+        run = run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    out = run.output
+    summary = (out / "summary.md").read_text()
+    cov = pd.read_csv(out / "coverage.csv")
+    # 1. Every mean with its interval, from the seeded bootstrap the manifest records.
+    assert (cov["n"] == 6).all() and cov["ci_low"].notna().all()
+    assert ((cov["ci_low"] <= cov["score"] + 1e-12) & (cov["score"] <= cov["ci_high"] + 1e-12)).all()
+    assert (cov["ci_high"] > cov["ci_low"]).any()
+    first = cov.iloc[0]
+    assert f"{first['score']:.3f} [{first['ci_low']:.3f}, {first['ci_high']:.3f}] (n = 6 / 6)" in summary
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["statistics"]["bootstrap_draws"] == 500 and manifest["statistics"]["bootstrap_seed"] == 7
+    ci = pd.read_csv(out / "report" / "tables" / "mean_intervals.csv")
+    assert set(ci["mode"]) == {"A"} and (ci["n"] == 6).all()
+    # 2. Mode B in the analyses, and the B - A table, paired over the same questions.
+    assert (out / "report" / "mode-B" / "report.md").exists()
+    assert set(pd.read_csv(out / "report" / "mode-B" / "tables" / "mean_intervals.csv")["mode"]) == {"B"}
+    gap = pd.read_csv(out / "report" / "tables" / "mode_gap.csv")
+    assert len(gap) == 3 * 7 and (gap["n"] == 6).all()
+    assert "## Mode B - mode A" in summary and "B - A [95%]" in summary
+    # 3. Correlations from three windows: too few, with their n, not coloured.
+    corr = pd.read_csv(out / "report" / "tables" / "correlations_pooled.csv")
+    assert (corr["n"] == 3).all() and not corr["enough"].any()
+    assert "too few (n = 3)" in (out / "report" / "report.md").read_text()
+    # 4. No behaviour label, fit or operating point from three windows.
+    labels = pd.read_csv(out / "report" / "tables" / "scaling_labels.csv")
+    assert labels["label"].tolist() == ["not enough windows"]
+    assert "not enough windows to fit (3 of 5)" in (out / "report" / "report.md").read_text()
+    # 5. The repeated answer's 10/10 is flagged, counted, and left out of a mean beside it.
+    assert cov["flagged"].sum() > 0 and "## Judge sanity flags" in summary
+    assert "### Means with the flagged scores left out" in summary
+    flagged = cov[cov["flagged"] > 0].iloc[0]
+    assert flagged["score_unflagged"] < flagged["score"]  # the 10s were pulling the mean up
+    # The caveats come first, each from the data.
+    caveats = summary.split("## Caveats")[1].split("## Calls")[0]
+    for words in ("Few questions", "One replicate", "Integer scores", "Flagged scores", "Too few windows"):
+        assert words in caveats, words
+    assert "Self-preference" not in caveats  # stub-judge did not answer
+    from fabnb.experiment import caveats as caveats_of
+
+    both = Experiment.from_dict({"name": "x", "output": str(tmp_path / "x"), "contexts": {"windows": [1]},
+                                 "systems": [{"name": "e", "model": "embedded"}], "judge": {"model": "embedded"}})
+    assert any("Self-preference" in c for c in caveats_of(both, pd.DataFrame({"test_id": ["q"]}), pd.DataFrame(
+        columns=["status"]), pd.DataFrame(columns=["ci_low", "ci_high"])))
+    assert summary.index("## Caveats") < summary.index("## Calls")
+    # The explorer filters on the flags.
+    from fabnb.explorer import Explorer
+
+    ex = Explorer.from_folder(out)
+    shown = ex.filter(flagged="repetitive").view()
+    assert len(shown) and shown["flags"].str.contains("repetitive").all()
+    assert len(ex.filter(flagged=None).view()) > len(shown)
+    with pytest.raises(ValueError, match="flagged must be"):
+        ex.filter(flagged="nonsense")

@@ -353,3 +353,69 @@ def test_compare_configurations_on_matched_tests_and_on_nothing():
     empty = compare_configurations(v.iloc[:0], "x", "y")
     assert list(empty.columns) == PAIR_COLUMNS == list(compare_configurations(v, "x", "y", tests, n_boot=20).columns)
     assert empty.n.iloc[0] == empty.a_only.iloc[0] == empty.n_clusters.iloc[0] == 0 and np.isnan(empty.p_value.iloc[0])
+
+
+# ------------------------------------------------------------------ sanity flags
+
+
+def _flag_frames(answer_text, scores, reason="The answer covers the mechanism and cites the measured value.",
+                 weighted=None, **keys):
+    key = {"system": "s", "model": "m", "context_k": 1.0, "mode": "A", "test_id": "q1", **keys}
+    s = pd.DataFrame([{**key, "metric": m, "replicate": 0, "status": "ok", "score": v, "reason": reason,
+                       "weighted_score": weighted} for m, v in scores.items()])
+    return s, pd.DataFrame([{**key, "answer": answer_text}])
+
+
+def test_the_repeated_answer_that_scored_ten_everywhere_is_flagged():
+    """Observation 5 of issue 28: on the embedded model, an answer repeating "1200 cm2/V·s" seven times scored
+    10/10 on all six metrics with the reason "The reason is the same as the score"."""
+    from fabnb.judge.sanity import judge_flags
+    from fabnb.schema import METRICS
+
+    scores, answers = _flag_frames("1200 cm2/V·s " * 7, dict.fromkeys(METRICS, 1.0),
+                                   reason="The reason is the same as the score")
+    flags = judge_flags(scores, answers)["flags"].str.split(",")
+    assert flags.map(lambda f: {"repetitive", "empty_reason", "all_max"} <= set(f)).all()
+    assert "flags" not in scores.columns  # the input is not changed
+
+
+def test_each_flag_fires_on_its_case_and_not_on_a_plain_good_answer():
+    from fabnb.judge.sanity import judge_flags
+
+    good = "Strain raises the hole mobility of the channel to about 1200 cm2/V·s, as the cited measurement shows."
+    plain, answers = _flag_frames(good, {"depth": 0.7, "relevance": 0.9})
+    assert judge_flags(plain, answers)["flags"].eq("").all()
+    s, a = _flag_frames("B", {"depth": 0.9, "relevance": 0.5})
+    assert judge_flags(s, a)["flags"].tolist() == ["empty_high", ""]
+    s, a = _flag_frames(good, {"depth": 0.7}, reason="Score: 7.")
+    assert judge_flags(s, a)["flags"].tolist() == ["empty_reason"]
+    # Identical weighted scores for different answers of one question; the same answer twice is no tie.
+    s1, a1 = _flag_frames(good, {"depth": 0.7}, weighted=7.1234, context_k=1.0)
+    s2, a2 = _flag_frames(good + " More.", {"depth": 0.7}, weighted=7.1234, context_k=2.0)
+    s3, a3 = _flag_frames(good, {"depth": 0.7}, weighted=7.1234, context_k=4.0, test_id="q2")
+    flagged = judge_flags(pd.concat([s1, s2, s3]), pd.concat([a1, a2, a3]))["flags"].tolist()
+    assert flagged == ["tied_weighted", "tied_weighted", ""]
+    # Integer scores tie all the time: without weighted scores the flag is not computed.
+    s1["weighted_score"] = s2["weighted_score"] = None
+    assert judge_flags(pd.concat([s1, s2]), pd.concat([a1, a2]))["flags"].eq("").all()
+    # Failed scores and a frame without answers or reasons raise no answer or reason flag.
+    failed = plain.assign(status="failed", score=None)
+    assert judge_flags(failed, answers)["flags"].eq("").all()
+    assert judge_flags(s.drop(columns="reason"))["flags"].eq("").all()
+    assert list(judge_flags(s.head(0))["flags"]) == []
+
+
+def test_the_answer_flags_almost_never_fire_on_the_released_gold_answers(fab_bench):
+    """The false-positive rate of the flags that read only the answer, on the 200 gold answers taken as answers
+    with a high score (docs/statistics.md records it)."""
+    from fabnb.judge.sanity import judge_flags
+
+    gold = pd.DataFrame({"system": "gold", "model": "gold", "context_k": 1.0, "mode": "A",
+                         "test_id": [p.test_id for p in fab_bench],
+                         "answer": [p.ground_truth_answer for p in fab_bench]})
+    scores = gold.drop(columns="answer").assign(metric="depth", replicate=0, status="ok", score=1.0,
+                                                reason="The answer explains the mechanism with the cited figures.")
+    flags = judge_flags(scores, gold)["flags"]
+    assert len(flags) == 200
+    for name in ("repetitive", "empty_high"):
+        assert flags.str.contains(name).sum() <= 2, name  # at most 1% of the gold answers

@@ -38,7 +38,7 @@ def test_scaling_without_enough_points_draws_no_fit():
     import pandas as pd
     df = pd.DataFrame({"model": "m", "context_k": [4.0, 8.0], "metric": "average", "score": [0.4, 0.5]})
     ax = plots.plot_scaling(df)
-    assert "fit" not in ax.get_legend().get_texts()[0].get_text()
+    assert ax.get_legend().get_texts()[0].get_text() == "m (not fitted: 2 of 3 windows)"
 
 
 def test_breakdown_has_six_metrics_per_model(sweeps):
@@ -89,3 +89,50 @@ def test_failures_stack_types_and_show_intervals():
     # shares of tests, per failure type; no row for "empty"
     assert sum(widths, []) == pytest.approx([0.2, 0.25, 0.2, 0.0, 0.1, 0.0])
     assert [t.get_text() for t in ax.get_yticklabels()] == ["a x bm25 (n=10)", "a x tfidf (n=4)"]
+
+
+def test_a_correlation_heatmap_of_user_scores_spans_minus_one_to_one_and_leaves_too_few_blank():
+    """Observation 3 of issue 28: a -1.00 cell was drawn in the colour of 0.5 (the scale ran 0.5-1)."""
+    import numpy as np
+    import pandas as pd
+
+    from fabnb.schema import METRICS
+
+    pairs = [(a, b) for i, a in enumerate(METRICS) for b in METRICS[i + 1:]]
+    corr = pd.DataFrame({"metric_a": [a for a, _ in pairs], "metric_b": [b for _, b in pairs],
+                         "r": np.linspace(-1, 1, len(pairs)), "n": [12] * (len(pairs) - 1) + [3]})
+    corr["enough"] = corr["n"] >= A.MIN_CORRELATION_N
+    ax = plots.plot_correlations(corr)
+    mesh = ax.collections[0]
+    assert mesh.norm.vmin == -1.0 and mesh.norm.vmax == 1.0
+    assert mesh.cmap(mesh.norm(-1.0)) != mesh.cmap(mesh.norm(0.5))  # -1 is no longer drawn as 0.5
+    texts = [t.get_text() for t in ax.texts]
+    assert "-1.00" in texts and "too few\nn = 3" in texts
+    last = corr.iloc[-1]  # the too-few pair: its cell is masked (not coloured)
+    i, j = sorted((METRICS.index(last["metric_a"]), METRICS.index(last["metric_b"])), reverse=True)
+    assert np.ma.getmaskarray(mesh.get_array()).reshape(len(METRICS), len(METRICS))[i, j]
+    paper = plots.plot_correlations(published.correlations(), scale="paper")
+    assert paper.collections[0].norm.vmin == 0.5  # the paper's own table keeps the paper's styling
+
+
+def test_figures_of_per_question_scores_carry_their_intervals():
+    import numpy as np
+    import pandas as pd
+    from matplotlib.container import ErrorbarContainer
+
+    from fabnb.intervals import mean_intervals
+    from fabnb.schema import METRICS
+
+    rng = np.random.default_rng(1)
+    per = pd.DataFrame([{"model": "s", "context_k": k, "test_id": f"q{i}", "metric": m, "score": rng.uniform()}
+                        for k in (1.0, 2.0) for i in range(5) for m in METRICS])
+    ci = mean_intervals(per, n_boot=100)
+    cells = per.groupby(["model", "context_k", "metric"], as_index=False)["score"].mean()
+    bars = plots.plot_breakdown(cells, 1.0, intervals=ci)
+    assert sum(isinstance(c, ErrorbarContainer) for c in bars.containers) == len(METRICS)
+    curve = plots.plot_scaling(cells, metric="depth", intervals=ci)
+    (errors,) = [c for c in curve.containers if isinstance(c, ErrorbarContainer)]
+    segments = errors.lines[2][0].get_segments()
+    depth = ci[(ci["metric"] == "depth")].sort_values("context_k")
+    assert [round(s[0][1], 6) for s in segments] == [round(v, 6) for v in depth["ci_low"]]
+    assert [round(s[1][1], 6) for s in segments] == [round(v, 6) for v in depth["ci_high"]]

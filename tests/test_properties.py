@@ -463,3 +463,54 @@ def test_the_suite_fails_when_every_function_refuses(tmp_path):
     passed = int(re.search(r"(\d+) passed", summary).group(1)) if "passed" in summary else 0
     assert failed >= 0.75 * (failed + passed), f"only {failed} of {failed + passed} tests failed when every " \
                                                 f"function refused: {summary}"
+
+
+@st.composite
+def question_frames(draw):
+    """Per-question scores with holes: 1-2 systems, 1-3 windows, modes A and/or B, 1-4 questions, a metric missing
+    here and there, NaN scores, failed cells."""
+    systems = draw(st.lists(st.sampled_from(["s", "t"]), min_size=1, max_size=2, unique=True))
+    windows = draw(st.lists(st.sampled_from([1.0, 2.0, 4.0]), min_size=1, max_size=3, unique=True))
+    modes = draw(st.lists(st.sampled_from(["A", "B"]), min_size=1, max_size=2, unique=True))
+    n = draw(st.integers(1, 4))
+    rows = []
+    for s in systems:
+        for k in windows:
+            for mode in modes:
+                for q in range(n):
+                    for metric in METRICS:
+                        if draw(st.integers(0, 7)) == 0:
+                            continue
+                        rows.append({"system": s, "model": s, "context_k": k, "mode": mode, "test_id": f"q{q}",
+                                     "metric": metric, "score": draw(SCORE), "replicate": 0,
+                                     "status": "ok" if draw(st.integers(0, 9)) else "failed"})
+    return pd.DataFrame(rows, columns=["system", "model", "context_k", "mode", "test_id", "metric", "score",
+                                       "replicate", "status"])
+
+
+@CHEAP
+@given(question_frames())
+def test_intervals_gaps_and_flags_work_on_per_question_scores_with_holes(frame):
+    from fabnb.intervals import mean_intervals, mode_gap
+    from fabnb.judge.sanity import FLAGS, judge_flags
+    from fabnb.stats import bootstrap_means
+
+    ok = frame[frame["status"] == "ok"]
+    present = ok[ok["score"].notna()]
+    means = works(bootstrap_means, ok, ["system", "context_k", "mode", "metric"], n_boot=50)
+    assert len(means) == len(present.groupby(["system", "context_k", "mode", "metric"]))
+    assert means["n"].sum() == len(present)
+    both = means.dropna(subset=["ci_low"])
+    assert ((both["ci_low"] <= both["mean"] + 1e-12) & (both["mean"] <= both["ci_high"] + 1e-12)).all()
+    assert (means["ci_low"].isna() == (means["n_clusters"] == 1)).all()
+    if len(present):
+        ci = works(mean_intervals, present, n_boot=50)
+        assert ci["shown"].str.len().gt(0).all()
+        gap = works(mode_gap, present, n_boot=50)
+        assert (gap["n"] <= present["test_id"].nunique()).all() and gap["delta"].dropna().abs().le(1 + 1e-12).all()
+        if set(present["mode"]) != {"A", "B"}:
+            assert gap.empty
+    answers = frame.drop_duplicates(["system", "model", "context_k", "mode", "test_id"]).assign(answer="An answer.")
+    flagged = works(judge_flags, frame, answers)
+    assert len(flagged) == len(frame) and flagged["flags"].map(
+        lambda f: set(filter(None, f.split(","))) <= set(FLAGS)).all()

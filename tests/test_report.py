@@ -106,3 +106,24 @@ def test_import_is_light():
             "'sklearn') if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_one_system_one_window_one_mode_still_renders_and_each_section_says_what_it_needs(tmp_path):
+    import numpy as np
+
+    from fabnb.report import reproduce
+    from fabnb.schema import METRICS
+    from fabnb.scores import check_scores, with_average
+
+    rng = np.random.default_rng(0)
+    rows = [{"system": "s", "model": "s", "context_k": 4.0, "mode": "A", "test_id": f"q{i}", "metric": m,
+             "score": float(rng.uniform())} for i in range(3) for m in METRICS]
+    scores = with_average(check_scores(pd.DataFrame(rows), require_all_metrics=False))
+    run = reproduce(tmp_path, scores=scores, figures=("png",))
+    text = run.report_md.read_text()
+    assert "s: not enough windows to fit (1 of 5)" in text
+    assert "Crossovers and routing compare two systems or more; these scores have 1." in text
+    assert "too few (n = 1)" in text and "## Means with 95% intervals" in text
+    assert (tmp_path / "figures" / "fig3_scaling_panels.png").exists()
+    ci = pd.read_csv(tmp_path / "tables" / "mean_intervals.csv")
+    assert (ci["n"] == 3).all() and ci["ci_low"].notna().all()

@@ -31,3 +31,45 @@ def test_wilson_interval_of_newcombe_table_one():
     assert [round(x, 4) for x in wilson_interval(81, 263)] == [0.2553, 0.3662]
     with pytest.raises(ValueError, match="0 <= successes <= n"):
         wilson_interval(3, 2)
+
+
+# ------------------------------------------------------------------ bootstrap over questions
+
+
+def test_bootstrap_means_agree_with_the_normal_interval_on_a_large_sample():
+    """For 400 questions of a known spread the percentile bootstrap is close to mean +/- 1.96 sd / sqrt(n)."""
+    import pandas as pd
+
+    from fabnb.stats import bootstrap_means
+
+    rng = np.random.default_rng(3)
+    values = rng.uniform(0, 1, 400)
+    frame = pd.DataFrame({"metric": "depth", "test_id": [f"q{i}" for i in range(400)], "score": values})
+    r = bootstrap_means(frame, ["metric"], n_boot=4000).iloc[0]
+    half = 1.96 * values.std(ddof=1) / np.sqrt(400)
+    assert r["mean"] == pytest.approx(values.mean())
+    assert r["ci_low"] == pytest.approx(values.mean() - half, abs=0.15 * half)
+    assert r["ci_high"] == pytest.approx(values.mean() + half, abs=0.15 * half)
+
+
+def test_bootstrap_means_resample_questions_not_rows_and_are_seeded_per_cell():
+    import pandas as pd
+
+    from fabnb.stats import bootstrap_means
+
+    # Replicates of one question move together: 3 questions x 4 replicates is 3 clusters, not 12 rows.
+    frame = pd.DataFrame({"cell": "x", "test_id": np.repeat(["q1", "q2", "q3"], 4),
+                          "score": np.repeat([0.2, 0.5, 0.9], 4) + np.tile([0, 0.01, -0.01, 0], 3)})
+    r = bootstrap_means(frame, ["cell"], n_boot=1000).iloc[0]
+    assert (r["n"], r["n_clusters"]) == (12, 3)
+    rows = bootstrap_means(frame.assign(test_id=[f"r{i}" for i in range(12)]), ["cell"], n_boot=1000).iloc[0]
+    assert r["ci_high"] - r["ci_low"] > 1.5 * (rows["ci_high"] - rows["ci_low"])  # rows would understate it
+    # Seeded: the same twice, and a cell's interval does not move when another cell joins the frame.
+    other = frame.assign(cell="y", score=frame["score"] / 2)
+    again = bootstrap_means(pd.concat([other, frame]), ["cell"], n_boot=1000).set_index("cell").loc["x"]
+    assert (again["ci_low"], again["ci_high"]) == (r["ci_low"], r["ci_high"])
+    # Holes: a missing score is left out and counted; one question has a mean and no interval.
+    holes = frame.assign(score=frame["score"].where(frame["test_id"] == "q1"))
+    one = bootstrap_means(holes, ["cell"]).iloc[0]
+    assert one["n"] == 4 and one["n_clusters"] == 1 and np.isnan(one["ci_low"]) and one["mean"] == pytest.approx(0.2)
+    assert bootstrap_means(frame.head(0), ["cell"]).empty

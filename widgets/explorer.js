@@ -117,7 +117,8 @@ function render({ model, el }) {
     max.placeholder = "score ≤";
     max.value = model.get("filters").score_max ?? "";
     max.addEventListener("keydown", (e) => { if (e.key === "Enter") send({ action: "filter", score_max: max.value }); e.stopPropagation(); });
-    top.append(min, max, toggle("judge_failures", "judge failures"), toggle("retrieval_miss", "retrieval misses"));
+    top.append(min, max, toggle("judge_failures", "judge failures"), toggle("retrieval_miss", "retrieval misses"),
+               toggle("flagged", "judge sanity flags"));
     const search = h("input", "fabnb-search");
     search.placeholder = "find in question or answer ( / )";
     search.value = model.get("filters").text || "";

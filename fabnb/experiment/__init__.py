@@ -61,12 +61,12 @@ from .output import (
 )
 from .planning import PLAN_COLUMNS, PROBE_COLUMNS, Plan, plan, probe_endpoints
 from .prices import PRICES, cost_of, price_of, price_text
-from .report import COVERAGE_COLUMNS, coverage, write_report
+from .report import COVERAGE_COLUMNS, FEW_QUESTIONS, caveats, coverage, write_report
 from .run import ExperimentRun, run_experiment
 
-__all__ = ["COVERAGE_COLUMNS", "FAILURE_COLUMNS", "PLAN_COLUMNS", "PRICES", "PROBE_COLUMNS", "RANGES", "SYSTEM_KINDS",
-           "TALLY_COLUMNS", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment", "ExperimentError", "ExperimentRun",
-           "JudgeSpec", "Plan", "QuestionsSpec", "ReportSpec", "SystemKind", "SystemSpec", "adapter_settings",
-           "check_output", "cost_of", "coverage", "failures", "plan", "price_of", "price_text", "prices_from_table",
-           "probe_endpoints", "read_manifest", "run_experiment", "spent", "stored", "stores", "tally",
-           "write_manifest", "write_report"]
+__all__ = ["COVERAGE_COLUMNS", "FAILURE_COLUMNS", "FEW_QUESTIONS", "PLAN_COLUMNS", "PRICES", "PROBE_COLUMNS", "RANGES",
+           "SYSTEM_KINDS", "TALLY_COLUMNS", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment", "ExperimentError",
+           "ExperimentRun", "JudgeSpec", "Plan", "QuestionsSpec", "ReportSpec", "SystemKind", "SystemSpec",
+           "adapter_settings", "caveats", "check_output", "cost_of", "coverage", "failures", "plan", "price_of",
+           "price_text", "prices_from_table", "probe_endpoints", "read_manifest", "run_experiment", "spent", "stored",
+           "stores", "tally", "write_manifest", "write_report"]

@@ -92,7 +92,7 @@ _SCHEMA: dict[str, dict] = {
               "reason_chars": int, "max_answer_tokens": int, "concurrency": int, "temperature": (int, float),
               "n_ctx": int, **_ENDPOINT_KEYS},
     "prices": {"input": (int, float), "output": (int, float), "date": str, "source": str},
-    "report": {"compare_published": bool, "figures": list},
+    "report": {"compare_published": bool, "figures": list, "bootstrap": int, "seed": int},
 }
 
 
@@ -144,6 +144,7 @@ RANGES: dict[tuple[str, str], tuple] = {
     ("judge", "temperature"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite"),
     ("judge", "n_ctx"): (lambda v: v >= 512, ">= 512 (tokens)"),
     ("judge", "max_retries"): (lambda v: v >= 0, ">= 0"),
+    ("report", "bootstrap"): (lambda v: 100 <= v <= 100_000, "100 to 100,000 (bootstrap draws)"),
     ("prices", "input"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite (dollars per million tokens)"),
     ("prices", "output"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite (dollars per million tokens)"),
 }
@@ -550,6 +551,8 @@ class ReportSpec:
 
     compare_published: bool = False
     figures: tuple = ("png", "svg")  # the formats of report/figures/; () draws none
+    bootstrap: int = 2000  # draws of every interval (fabnb.stats.N_BOOT)
+    seed: int = 0  # their seed (fabnb.stats.SEED)
 
     @classmethod
     def from_table(cls, r: dict, where: str, text: str | None = None) -> "ReportSpec":
@@ -558,7 +561,8 @@ class ReportSpec:
         if not isinstance(figures, list) or not all(f in _FIGURE_FORMATS for f in figures):
             raise ExperimentError(f"{where}: [report] figures{_line_of(text, 'figures')} must be a list of "
                                   f"{', '.join(map(repr, _FIGURE_FORMATS))} (or [] for no figures), not {figures!r}.")
-        return cls(bool(r.get("compare_published", False)), tuple(dict.fromkeys(figures)))
+        return cls(bool(r.get("compare_published", False)), tuple(dict.fromkeys(figures)),
+                   int(r.get("bootstrap", 2000)), int(r.get("seed", 0)))
 
 
 def prices_from_table(table: dict, where: str, text: str | None = None) -> dict:

@@ -212,8 +212,9 @@ def stored(exp: Experiment, questions: pd.DataFrame):
     if not exp.output.exists():
         return pd.DataFrame(columns=RESULT_COLUMNS), pd.DataFrame(columns=SCORE_RECORD_COLUMNS)
     a_store, s_store = stores(exp.output)
-    # Without the retrieved texts: the tallies, the summary and the report never read them.
-    return planned(exp, questions, a_store.frame(drop=("sources",)), s_store.frame(drop=("reason",)))
+    # Without the retrieved texts: the tallies, the summary and the report never read them. The reasons stay: the
+    # judge sanity flags read them.
+    return planned(exp, questions, a_store.frame(drop=("sources",)), s_store.frame())
 
 
 def planned(exp: Experiment, questions: pd.DataFrame, answers: pd.DataFrame, scores: pd.DataFrame):

@@ -11,19 +11,31 @@ from .. import __version__
 from .config import Experiment
 from .output import failures, now, stored, tally
 
-__all__ = ["COVERAGE_COLUMNS", "coverage", "write_report"]
+__all__ = ["COVERAGE_COLUMNS", "FEW_QUESTIONS", "caveats", "coverage", "write_report"]
 
-COVERAGE_COLUMNS = ["system", "context_k", "mode", "metric", "score", "n", "planned", "shown"]
+COVERAGE_COLUMNS = ["system", "context_k", "mode", "metric", "score", "ci_low", "ci_high", "n", "planned",
+                    "flagged", "score_unflagged", "shown"]
+#: Fewer planned questions than this and the summary's caveats say the intervals are wide.
+FEW_QUESTIONS = 30
 
 
 def coverage(exp: Experiment, questions: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
-    """Mean score per system, window, mode and metric, with how many cells it covers of those planned.
+    """Mean score per system, window, mode and metric, with its interval and how many cells it covers of those planned.
+
+    Parameters
+    ----------
+    scores : DataFrame
+        A score store's frame (status, score, the keys); with a ``flags`` column
+        (:func:`fabnb.judge.judge_flags`) the flagged scores are counted and a mean without them is given.
 
     Returns
     -------
     DataFrame
-        system, context_k, mode, metric, score (mean of the ok scores, None if none),
-        n (ok scores), planned (questions x replicates), shown (``0.812 (n = 1,184 / 1,200)``).
+        system, context_k, mode, metric, score (mean of the ok scores, None if none), ci_low, ci_high
+        (95% bootstrap over questions, :func:`fabnb.stats.bootstrap_means`, with the experiment's
+        ``[report] bootstrap`` and ``seed``; None for fewer than two questions), n (ok scores),
+        planned (questions x replicates), flagged (ok scores with a sanity flag), score_unflagged
+        (the mean without them), shown (``0.812 [0.790, 0.833] (n = 1,184 / 1,200)``).
 
     Examples
     --------
@@ -31,24 +43,41 @@ def coverage(exp: Experiment, questions: pd.DataFrame, scores: pd.DataFrame) -> 
     ...                             "systems": [{"name": "s", "model": "embedded"}],
     ...                             "judge": {"metrics": ["relevance"]}})
     >>> scores = pd.DataFrame({"system": ["s", "s"], "context_k": [1.0, 1.0], "mode": ["A", "A"],
-    ...                        "metric": ["relevance"] * 2, "score": [0.5, 0.7], "status": ["ok", "ok"]})
+    ...                        "test_id": ["q1", "q2"], "metric": ["relevance"] * 2, "score": [0.5, 0.7],
+    ...                        "status": ["ok", "ok"]})
     >>> coverage(exp, pd.DataFrame({"test_id": ["q1", "q2", "q3"]}), scores)["shown"].tolist()
-    ['0.600 (n = 2 / 3)']
+    ['0.600 [0.500, 0.700] (n = 2 / 3)']
+    >>> coverage(exp, pd.DataFrame({"test_id": ["q1", "q2", "q3"]}), scores.head(1))["shown"].tolist()
+    ['0.500, no interval (n = 1 / 3)']
     """
+    from ..stats import bootstrap_means
+
     planned = len(questions) * exp.replicates
-    rows = []
+    cell = ["system", "context_k", "mode", "metric"]
     ok = scores[scores["status"] == "ok"] if len(scores) else scores
+    if len(ok):
+        ok = ok.assign(context_k=ok["context_k"].astype(float), score=ok["score"].astype(float))
+        means = bootstrap_means(ok, cell, n_boot=exp.report.bootstrap, seed=exp.report.seed).set_index(cell)
+        flagged = ok["flags"].fillna("").astype(bool) if "flags" in ok.columns else pd.Series(False, index=ok.index)
+        counts = flagged.groupby([ok[c] for c in cell]).sum()
+        clean = ok[~flagged].groupby(cell)["score"].mean()
+    rows = []
     for spec in exp.systems:
         for k in exp.windows:
             for mode in exp.modes:
                 for metric in exp.metrics:
-                    cell = ok[(ok["system"] == spec.name) & (ok["context_k"].astype(float) == k)
-                              & (ok["mode"] == mode) & (ok["metric"] == metric)] if len(ok) else ok
-                    mean = float(cell["score"].astype(float).mean()) if len(cell) else None
+                    key = (spec.name, float(k), mode, metric)
+                    row = means.loc[key] if len(ok) and key in means.index else None
+                    mean = None if row is None else float(row["mean"])
+                    n = 0 if row is None else int(row["n"])
+                    lo, hi = (None, None) if row is None or pd.isna(row["ci_low"]) else (row["ci_low"], row["ci_high"])
+                    n_flagged = int(counts.get(key, 0)) if len(ok) else 0
+                    shown = "-" if mean is None else f"{mean:.3f}" + (
+                        f" [{lo:.3f}, {hi:.3f}]" if lo is not None else ", no interval")
                     rows.append({"system": spec.name, "context_k": k, "mode": mode, "metric": metric, "score": mean,
-                                 "n": len(cell), "planned": planned,
-                                 "shown": ("-" if mean is None else f"{mean:.3f}")
-                                 + f" (n = {len(cell):,} / {planned:,})"})
+                                 "ci_low": lo, "ci_high": hi, "n": n, "planned": planned, "flagged": n_flagged,
+                                 "score_unflagged": float(clean[key]) if len(ok) and key in clean.index else None,
+                                 "shown": shown + f" (n = {n:,} / {planned:,})"})
     return pd.DataFrame(rows, columns=COVERAGE_COLUMNS)
 
 
@@ -69,37 +98,150 @@ def _reference_section(exp: Experiment, out: Path, answers: pd.DataFrame, questi
 
 
 def _analyses(exp: Experiment, out: Path, scores: pd.DataFrame) -> str:
-    """``report/`` from the scores of one mode; '' when written, else why not."""
+    """``report/`` from the per-question scores (both modes where both ran); '' when written, else why not."""
     from ..judge import to_score_frame
     from ..report import reproduce
     from ..scores import ScoreError, check_scores, with_average
 
-    frame = to_score_frame(scores) if len(scores) else pd.DataFrame()
+    by = ("system", "model", "context_k", "mode", "test_id", "metric")
+    frame = to_score_frame(scores, by=by) if len(scores) else pd.DataFrame()
     if not len(frame):
         return "No scores yet: the analyses come with the judge stage."
-    mode = "A" if "A" in set(frame["mode"]) else "B"
-    frame = frame[frame["mode"] == mode].drop(columns=["n"])
+    frame = frame.drop(columns=["n"])
     frame["model"] = frame["system"]  # the analyses compare systems; a model may serve several
     if exp.compare_published:
         from .. import published
 
         pub = published.scores()
         pub = pub[pub["context_k"].notna() & pub["model"].isin(published.PRIMARY_MODELS)]
+        # The paper's cell means, as one "question" each: they get no interval, and say so.
         frame = pd.concat([frame, pub[["system", "model", "context_k", "output_k", "metric", "score"]].assign(
-            mode="A", model=lambda f: f["model"] + " (paper)")], ignore_index=True)
+            mode="A", test_id="(published mean)", model=lambda f: f["model"] + " (paper)")], ignore_index=True)
+    modes = "".join(sorted(set(frame["mode"])))
     try:
         # An experiment may judge fewer than six metrics; the average is then over those it judged.
         checked = with_average(check_scores(frame, f"the scores of {exp.name}", require_all_metrics=False))
-        reproduce(out / "report", scores=checked, source=f"the judge scores of {exp.name} (mode {mode})",
-                  figures=exp.report.figures)
+        reproduce(out / "report", scores=checked, source=f"the judge scores of {exp.name} (modes {modes})",
+                  figures=exp.report.figures, n_boot=exp.report.bootstrap, seed=exp.report.seed)
     except (ScoreError, ValueError, KeyError, IndexError) as exc:
         return f"The analyses need more scores than the stores hold yet ({type(exc).__name__}: {exc})."
     return ""
 
 
+def _judged_by_itself(exp: Experiment) -> list[str]:
+    """The systems whose answering model is the judge's (the embedded model is one model wherever it serves)."""
+    def name(endpoint, model: str) -> str:
+        from ..local import MODEL_ALIAS
+
+        return MODEL_ALIAS if endpoint.embedded else (model or "").strip().lower()
+
+    judge = name(exp.judge, exp.judge.model or "")
+    return [s.name for s in exp.systems if name(s.endpoint, s.model) == judge]
+
+
+def caveats(exp: Experiment, questions: pd.DataFrame, scores: pd.DataFrame, cov: pd.DataFrame) -> list[str]:
+    """What the data of this run cannot support, each with what would remove it (the summary's first section).
+
+    Parameters
+    ----------
+    scores : DataFrame
+        The score store's frame, with ``flags`` (:func:`fabnb.judge.judge_flags`) where computed.
+    cov : DataFrame
+        :func:`coverage` of the same scores.
+
+    Returns
+    -------
+    list of str
+        One sentence per caveat; empty when none applies.
+    """
+    from ..analysis import MIN_FIT_WINDOWS
+
+    out = []
+    n_q = len(questions)
+    if n_q < FEW_QUESTIONS:
+        width = (cov["ci_high"].astype(float) - cov["ci_low"].astype(float)).median() if len(cov) else float("nan")
+        out.append(f"**Few questions**: {n_q} (fewer than {FEW_QUESTIONS}); the median 95% interval is "
+                   + (f"{width:.2f} wide" if pd.notna(width) else "not drawn") + ", so close means do not differ. "
+                   "More questions (`[questions] sample`) narrow it.")
+    if exp.replicates == 1:
+        out.append("**One replicate**: each answer was judged once, so the judge's own variance is not in the "
+                   "intervals. `[judge] replicates = 3` measures it.")
+    same = _judged_by_itself(exp)
+    if same:
+        out.append(f"**Self-preference**: the judge is the model that answered ({', '.join(same)}); a model tends "
+                   "to rate its own answers higher (Zheng et al. 2023, *Judging LLM-as-a-judge*). A judge of another "
+                   "family (`[judge] model`) removes this.")
+    ok = scores[scores["status"] == "ok"] if len(scores) else scores
+    weighted = float((ok["scoring"] == "weighted").mean()) if len(ok) and "scoring" in ok.columns else 0.0
+    if len(ok) and weighted < 1.0:
+        why = "`[judge] logprobs = false`" if not exp.logprobs else "the judge's server gave no logprobs"
+        out.append(f"**Integer scores**: {1 - weighted:.0%} of the scores are plain integers ({why}), so scores tie "
+                   "often and differences are coarse. A judge endpoint that returns top logprobs, with "
+                   "`[judge] logprobs = true`, gives G-Eval's probability-weighted scores.")
+    if len(ok) and "flags" in ok.columns:
+        flagged = ok["flags"].fillna("").astype(bool)
+        if flagged.any():
+            out.append(f"**Flagged scores**: {flagged.mean():.0%} of the scores "
+                       f"({int(flagged.sum()):,} of {len(ok):,}) raise a judge sanity flag (below); the means "
+                       "without them are beside. Look at them in `fabnb explore` (filter: flagged), and consider a "
+                       "stronger judge.")
+    if len(exp.windows) < MIN_FIT_WINDOWS:
+        out.append(f"**Too few windows to fit**: {len(exp.windows)} of {MIN_FIT_WINDOWS}; no log fit, behaviour "
+                   f"label, operating point or crossover is given. `[contexts] windows` with {MIN_FIT_WINDOWS} or "
+                   "more gives them.")
+    return out
+
+
+def _flag_section(scores: pd.DataFrame) -> list[str]:
+    """Flagged scores per system and window, by flag (where any)."""
+    from ..judge.sanity import FLAGS
+
+    ok = scores[scores["status"] == "ok"] if len(scores) else scores
+    if not len(ok) or "flags" not in ok.columns or not ok["flags"].fillna("").astype(bool).any():
+        return []
+    rows = []
+    for (system, k), g in ok.groupby(["system", "context_k"]):
+        flags = g["flags"].fillna("")
+        rows.append({"system": system, "context_k": k, "scores": len(g), "flagged": int(flags.astype(bool).sum()),
+                     **{name: int(flags.str.contains(name, regex=False).sum()) for name in FLAGS}})
+    meaning = "; ".join(f"`{name}`: {text}" for name, text in FLAGS.items())
+    return ["## Judge sanity flags", "", "Scores a reader should not take at face value, found without an LLM "
+            f"(fabnb.judge.sanity; docs/statistics.md): {meaning}.", "", pd.DataFrame(rows).to_markdown(index=False),
+            ""]
+
+
+def _gap_section(exp: Experiment, scores: pd.DataFrame) -> list[str]:
+    """Mode B - mode A per system and window (where both modes ran)."""
+    from ..intervals import mode_gap
+    from ..judge import to_score_frame
+
+    ok = scores[scores["status"] == "ok"] if len(scores) else scores
+    if not len(ok) or not {"A", "B"} <= set(ok["mode"]):
+        return []
+    frame = to_score_frame(ok, by=("system", "model", "context_k", "mode", "test_id", "metric")).drop(columns="n")
+    gap = mode_gap(frame, n_boot=exp.report.bootstrap, seed=exp.report.seed)
+    gap = gap[gap["metric"] == "average"]
+    if gap.empty:
+        return []
+    def signed(v) -> str:
+        return f"{round(float(v), 3) + 0.0:+.3f}"  # + 0.0: no "-0.000"
+
+    shown = pd.DataFrame({
+        "system": gap["system"], "context_k": gap["context_k"].map("{:g}".format), "n": gap["n"].astype(str),
+        "A": gap["score_a"].map("{:.3f}".format), "B": gap["score_b"].map("{:.3f}".format),
+        "B - A [95%]": [signed(d) + (f" [{signed(lo)}, {signed(hi)}]" if pd.notna(lo) else ", no interval")
+                        for d, lo, hi in zip(gap["delta"], gap["ci_low"], gap["ci_high"])],
+        "B better": gap["b_better"].map("{:.0%}".format), "ties": gap["ties"].map("{:.0%}".format)})
+    return ["## Mode B - mode A (gold context against own retrieval)", "",
+            "The mean over the questions scored in both modes of B - A (average of the judged metrics), with a "
+            "paired 95% bootstrap interval over those questions, and the share of them where B scored higher. "
+            "Every metric: report/tables/mode_gap.csv.", "", shown.to_markdown(index=False, disable_numparse=True), ""]
+
+
 def write_report(exp: Experiment, questions: pd.DataFrame | None = None, held: tuple | None = None) -> Path:
-    """``summary.md`` (plan against done, failures, cost, every mean with its coverage), ``reference.csv`` and
-    ``report/`` (:func:`fabnb.report.reproduce` on these scores), from the stores as they are.
+    """``summary.md`` (caveats, plan against done, failures, cost, every mean with its interval and coverage, judge
+    sanity flags, mode B - A), ``reference.csv`` and ``report/`` (:func:`fabnb.report.reproduce` on these scores),
+    from the stores as they are.
 
     ``held``: the stores' frames (:func:`fabnb.experiment.stored`) when the caller has read them already.
     Returns the path of ``summary.md``.
@@ -109,21 +251,37 @@ def write_report(exp: Experiment, questions: pd.DataFrame | None = None, held: t
 
 def _write_report(exp: Experiment, questions: pd.DataFrame | None, held: tuple | None) -> tuple[Path, bool]:
     """:func:`write_report`, and whether it wrote ``report/`` (the analyses need enough scores)."""
+    from ..judge.sanity import judge_flags
+
     questions = exp.questions() if questions is None else questions
     out = exp.output
     answers, scores = held if held is not None else stored(exp, questions)
+    scores = judge_flags(scores, answers)  # computed on reading: stores of any version get them
     cov = coverage(exp, questions, scores)
     cov.to_csv(out / "coverage.csv", index=False)
     t = tally(exp, questions, (answers, scores))
     failed = failures(exp, questions, (answers, scores))
-    lines = [f"# {exp.name}", "", f"Made by fabnb {__version__} from `{exp.source}` at {now()}.", "",
-             "## Calls", "", t.to_markdown(index=False), ""]
+    lines = [f"# {exp.name}", "", f"Made by fabnb {__version__} from `{exp.source}` at {now()}.", ""]
+    warned = caveats(exp, questions, scores, cov)
+    if warned:
+        lines += ["## Caveats", "", *[f"- {c}" for c in warned], ""]
+    lines += ["## Calls", "", t.to_markdown(index=False), ""]
     if len(failed):
         lines += ["## Failed cells (a rerun asks them again)", "", failed.to_markdown(index=False), ""]
     lines += _reference_section(exp, out, answers, questions)
     wide = cov.pivot_table(index=["system", "context_k", "mode"], columns="metric", values="shown", aggfunc="first")
-    lines += ["## Scores (mean, with the cells it covers of those planned)", "",
+    lines += ["## Scores (mean [95% interval], with the cells it covers of those planned)", "",
+              f"Intervals: percentile bootstrap over questions, {exp.report.bootstrap:,} draws, seed "
+              f"{exp.report.seed} (`[report] bootstrap`, `seed`).", "",
               wide.reset_index().to_markdown(index=False), ""]
+    if cov["flagged"].sum():
+        clean = cov.assign(shown=[("-" if pd.isna(v) else f"{v:.3f}") + f" ({f:,} left out)"
+                                  for v, f in zip(cov["score_unflagged"], cov["flagged"])])
+        lines += ["### Means with the flagged scores left out", "",
+                  clean.pivot_table(index=["system", "context_k", "mode"], columns="metric", values="shown",
+                                    aggfunc="first").reset_index().to_markdown(index=False), ""]
+    lines += _flag_section(scores)
+    lines += _gap_section(exp, scores)
     note = _analyses(exp, out, scores)
     lines += ["## Analyses", "", note or "Fits, behaviour labels, operating points, crossovers, correlations, "
               "dilution deltas, profiles and figures: [report/report.md](report/report.md).", ""]

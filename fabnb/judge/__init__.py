@@ -27,7 +27,8 @@ before it is imported.
 
 The package, by subject: :mod:`~fabnb.judge.rubrics` (rubrics, scale, the reply check),
 :mod:`~fabnb.judge.geval` (DeepEval, ``judge_results``), :mod:`~fabnb.judge.reference`
-(no LLM) and :mod:`~fabnb.judge.oracle` (RAG-TESTER's oracle and verdict tables). The
+(no LLM), :mod:`~fabnb.judge.sanity` (flags on scores not to take at face value, no LLM) and
+:mod:`~fabnb.judge.oracle` (RAG-TESTER's oracle and verdict tables). The
 statistics live in :mod:`fabnb.stats` and are re-exported here under their old names.
 """
 
@@ -45,14 +46,15 @@ from .oracle import (ORACLE_CRITERIA, ORACLE_SCHEMA, PAIR_COLUMNS, REFUSAL_PATTE
 from .reference import answer_key, reference_check, reference_scores
 from .rubrics import (BANDS, INJECTION_PATTERNS, PLACEHOLDER_REASONS, RUBRIC_VERSION, RUBRICS, SCALE, STEPS,
                       JudgeError, injection_flags, read_judgement, rubric_frame, rubric_variant)
+from .sanity import FLAGS, judge_flags
 # isort: on
 
-__all__ = ['BANDS', 'INJECTION_PATTERNS', 'JudgeError', 'JudgeRun', 'ORACLE_CRITERIA', 'ORACLE_SCHEMA', 'PAIR_COLUMNS',
-           'PLACEHOLDER_REASONS', 'REFUSAL_PATTERNS', 'RUBRICS', 'RUBRIC_VERSION', 'SCALE', 'STEPS', 'VERDICT_COLUMNS',
-           'VERDICT_KEYS', 'VERDICT_VALUES', 'answer_key', 'bootstrap_group_diff', 'bootstrap_rate_diff',
-           'compare_configurations', 'failure_table', 'geval_metric', 'injection_flags', 'is_refusal',
-           'judge_expert_agreement', 'judge_model', 'judge_results', 'logprobs_supported', 'mcnemar_paired',
-           'oracle_precision', 'oracle_prompt', 'oracle_results', 'oracle_rule', 'oracle_verdict', 'passage_retrieved',
-           'ppi_mean', 'read_judgement', 'read_verdicts', 'reason_score_schema', 'reference_check', 'reference_scores',
-           'replicate_spread', 'rubric_frame', 'rubric_variant', 'score_answer', 'score_one', 'score_store',
-           'tests_as_questions', 'to_score_frame', 'verdict_store', 'weighted_score']
+__all__ = ['BANDS', 'FLAGS', 'INJECTION_PATTERNS', 'JudgeError', 'JudgeRun', 'ORACLE_CRITERIA', 'ORACLE_SCHEMA',
+           'PAIR_COLUMNS', 'PLACEHOLDER_REASONS', 'REFUSAL_PATTERNS', 'RUBRICS', 'RUBRIC_VERSION', 'SCALE', 'STEPS',
+           'VERDICT_COLUMNS', 'VERDICT_KEYS', 'VERDICT_VALUES', 'answer_key', 'bootstrap_group_diff',
+           'bootstrap_rate_diff', 'compare_configurations', 'failure_table', 'geval_metric', 'injection_flags',
+           'is_refusal', 'judge_expert_agreement', 'judge_flags', 'judge_model', 'judge_results', 'logprobs_supported',
+           'mcnemar_paired', 'oracle_precision', 'oracle_prompt', 'oracle_results', 'oracle_rule', 'oracle_verdict',
+           'passage_retrieved', 'ppi_mean', 'read_judgement', 'read_verdicts', 'reason_score_schema', 'reference_check',
+           'reference_scores', 'replicate_spread', 'rubric_frame', 'rubric_variant', 'score_answer', 'score_one',
+           'score_store', 'tests_as_questions', 'to_score_frame', 'verdict_store', 'weighted_score']

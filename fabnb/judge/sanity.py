@@ -1,0 +1,131 @@
+"""Judge sanity flags: scores a reader should not take at face value, found without an LLM.
+
+A small judge model can give 10/10 to an answer that repeats one phrase seven times, with the
+reason "The reason is the same as the score". :func:`judge_flags` marks such scores from the
+answer, the reason and the other scores of the same answer or question. The flags are computed
+when scores are read, never stored, so stores written by any version get them.
+
+:data:`FLAGS` lists each flag with what it means; the report counts them, the explorer filters
+on them and the summary gives each mean with the flagged scores left out beside it. The
+thresholds were set on the 200 released FAB-Bench gold answers taken as answers
+(``docs/statistics.md`` gives the false-positive rate measured there: 0 of 200 for each flag
+that reads only the answer).
+
+Examples
+--------
+>>> round(repetition_share("1200 cm2/V·s " * 7), 2), repetition_share("Mobility rises with strain.")
+(0.85, 0.0)
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..schema import RESULT_KEYS
+from ..text import word_tokens
+
+__all__ = ["FLAGS", "HIGH_SCORE", "MIN_REASON_WORDS", "NEAR_EMPTY_WORDS", "REPETITION_SHARE", "judge_flags",
+           "repetition_share"]
+
+#: Share of an answer's word trigrams that repeat an earlier one, above which the answer is "repetitive". The 200
+#: released gold answers range 0 to 0.25 (median 0.02, 99th percentile 0.16); an answer that says one phrase seven
+#: times is at 0.85.
+REPETITION_SHARE = 0.4
+#: An answer with fewer words than this is near-empty (the shortest gold answer has 41).
+NEAR_EMPTY_WORDS = 3
+#: The score (0-1) from which a near-empty answer's score is suspect.
+HIGH_SCORE = 0.8
+#: A reason with fewer content words (not the score, not "score", "reason", "same" or a stop word) says nothing.
+MIN_REASON_WORDS = 3
+
+#: Each flag and what it means (the report's and the explorer's wording).
+FLAGS: dict[str, str] = {
+    "repetitive": f"the answer is mostly repetition (over {REPETITION_SHARE:.0%} of its word trigrams repeat)",
+    "empty_high": f"a near-empty answer (under {NEAR_EMPTY_WORDS} words) scored {HIGH_SCORE:g} or more",
+    "empty_reason": f"the reason does not justify the score (under {MIN_REASON_WORDS} content words, or it "
+                    "restates the score)",
+    "all_max": "every judged metric of this answer is at the maximum",
+    "tied_weighted": "another answer of the same question got the identical probability-weighted score",
+}
+
+_EMPTY_WORDS = frozenset(
+    "a an and are as be because been being but by for from gave give given has have i in is it its my of on or "
+    "out rate rated rating reason reasons same score scored scores so that the this to was were which with".split())
+
+
+def repetition_share(text, n: int = 3) -> float:
+    """Share of the word ``n``-grams of ``text`` that repeat an earlier one (0 for fewer than ``n`` words)."""
+    words = [w.lower() for w in word_tokens(str(text or ""))]
+    grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
+
+
+def _says_nothing(reason) -> bool:
+    if not isinstance(reason, str):
+        return False  # no reason stored (an older store, or a frame read without it): nothing to judge
+    content = [w for w in re.findall(r"[a-z]+", reason.lower()) if w not in _EMPTY_WORDS and len(w) > 1]
+    return len(content) < MIN_REASON_WORDS
+
+
+def judge_flags(scores: pd.DataFrame, answers: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The scores with a ``flags`` column: the :data:`FLAGS` each score raises, comma-separated ("" for none).
+
+    Parameters
+    ----------
+    scores : DataFrame
+        A score store's frame: the :data:`fabnb.schema.RESULT_KEYS`, metric, replicate, status, score (0-1),
+        and where present weighted_score, reason. Only ``ok`` scores are flagged.
+    answers : DataFrame, optional
+        A results store's frame (the keys and answer): the answer flags need it.
+
+    Returns
+    -------
+    DataFrame
+        A copy of ``scores`` with ``flags`` (str). The input is not changed.
+
+    Examples
+    --------
+    >>> keys = {"system": "s", "model": "m", "context_k": 1.0, "mode": "A", "test_id": "q1"}
+    >>> scores = pd.DataFrame([{**keys, "metric": m, "replicate": 0, "status": "ok", "score": 1.0,
+    ...                         "reason": "The reason is the same as the score."} for m in ("depth", "relevance")])
+    >>> answers = pd.DataFrame([{**keys, "answer": "1200 cm2/V·s " * 7}])
+    >>> judge_flags(scores, answers)["flags"].tolist()
+    ['repetitive,empty_reason,all_max', 'repetitive,empty_reason,all_max']
+    """
+    out = scores.copy()
+    n = len(out)
+    raised = {name: np.zeros(n, dtype=bool) for name in FLAGS}
+    if n:
+        ok = (out["status"] == "ok").to_numpy()
+        score = pd.to_numeric(out["score"], errors="coerce").to_numpy(float)
+        keys = [k for k in RESULT_KEYS if k in out.columns]
+        text = pd.Series("", index=out.index, dtype=object)
+        if answers is not None and len(answers) and "answer" in answers.columns:
+            by_key = answers.drop_duplicates(keys, keep="last").set_index(keys)["answer"]
+            text = pd.Series(out.set_index(keys).index.map(by_key.to_dict()), index=out.index)
+            words = text.map(lambda t: len(word_tokens(t)) if isinstance(t, str) else np.nan).to_numpy(float)
+            raised["repetitive"] = ok & text.map(lambda t: isinstance(t, str) and repetition_share(t)
+                                                 > REPETITION_SHARE).to_numpy(bool)
+            raised["empty_high"] = ok & (words < NEAR_EMPTY_WORDS) & (score >= HIGH_SCORE)
+        if "reason" in out.columns:
+            raised["empty_reason"] = ok & out["reason"].map(_says_nothing).to_numpy(bool)
+        answer_key = keys + (["replicate"] if "replicate" in out.columns else [])
+        judged = pd.DataFrame({"top": ok & (score >= 1.0), "ok": ok}, index=out.index)
+        groups = judged.groupby([out[k] for k in answer_key], dropna=False)
+        raised["all_max"] = ok & (groups["ok"].transform("sum") >= 2).to_numpy() & \
+            (groups["top"].transform("sum") == groups["ok"].transform("sum")).to_numpy()
+        if "weighted_score" in out.columns:
+            weighted = pd.to_numeric(out["weighted_score"], errors="coerce").round(6)
+            have = ok & weighted.notna().to_numpy()
+            if have.any():
+                tied = pd.DataFrame({"w": weighted, "text": text.fillna("").astype(str)})[have]
+                same = [out.loc[have, c] for c in ("test_id", "metric")] + [tied["w"]]
+                texts = tied.groupby(same, dropna=False)["text"].transform("nunique")
+                raised["tied_weighted"][np.flatnonzero(have)] = (texts >= 2).to_numpy()
+    names = np.array(list(FLAGS))
+    table = np.column_stack([raised[name] for name in FLAGS]) if n else np.zeros((0, len(FLAGS)), bool)
+    out["flags"] = [",".join(names[row]) for row in table]
+    return out
