@@ -29,22 +29,8 @@ import pandas as pd  # noqa: E402
 from fabnb.judge import geval_metric, judge_model, judge_results, logprobs_supported, score_store  # noqa: E402
 from fabnb.llm import LLM  # noqa: E402
 
-from common import server_process  # noqa: E402  (benchmarks/common.py)
+from common import JUDGE_SERVER, server_process  # noqa: E402  (benchmarks/common.py)
 
-SERVER = """
-import sys, json, math
-sys.path.insert(0, sys.argv[1])
-from stub_openai import StubServer, completion
-def lp(tok, alts):
-    return {"token": tok, "logprob": math.log(dict(alts)[tok]), "bytes": None,
-            "top_logprobs": [{"token": t, "logprob": math.log(p), "bytes": None} for t, p in alts]}
-def reply(req, n):
-    toks = [lp("7", [("7", .6), ("8", .3), ("6", .1)])] if req.get("logprobs") else None
-    return 200, completion(json.dumps({"reason": "specific and grounded", "score": 7}), logprobs=toks), {}
-with StubServer(reply, delay=float(sys.argv[2])) as server:
-    print(server.base_url, flush=True)
-    sys.stdin.read()
-"""
 
 
 def main() -> None:
@@ -57,7 +43,7 @@ def main() -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"judge delay {args.delay} s in its own process; {n} cases x 1 metric at concurrency {c}")
     bound = n * args.delay / c
-    with server_process(SERVER, args.delay) as base_url:
+    with server_process(JUDGE_SERVER, args.delay) as base_url:
         llm = LLM("stub-judge", base_url, cache=False, concurrency=c)
         logprobs_supported(llm)  # the one probe, outside both timings
         questions = pd.DataFrame({"test_id": [f"Q{i:04d}" for i in range(n)],

@@ -25,3 +25,20 @@ def server_process(script: str, delay: float):
     finally:
         server.stdin.close()
         server.wait(timeout=10)
+
+
+#: A G-Eval judge server for :func:`server_process`: ``{"reason", "score": 7}`` with top logprobs when asked.
+JUDGE_SERVER = """
+import sys, json, math
+sys.path.insert(0, sys.argv[1])
+from stub_openai import StubServer, completion
+def lp(tok, alts):
+    return {"token": tok, "logprob": math.log(dict(alts)[tok]), "bytes": None,
+            "top_logprobs": [{"token": t, "logprob": math.log(p), "bytes": None} for t, p in alts]}
+def reply(req, n):
+    toks = [lp("7", [("7", .6), ("8", .3), ("6", .1)])] if req.get("logprobs") else None
+    return 200, completion(json.dumps({"reason": "specific and grounded", "score": 7}), logprobs=toks), {}
+with StubServer(reply, delay=float(sys.argv[2])) as server:
+    print(server.base_url, flush=True)
+    sys.stdin.read()
+"""
