@@ -32,7 +32,6 @@ from fabnb.llm import LLM  # noqa: E402
 from common import JUDGE_SERVER, server_process  # noqa: E402  (benchmarks/common.py)
 
 
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--delay", type=float, default=0.25)

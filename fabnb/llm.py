@@ -24,6 +24,7 @@ Environment: ``FABNB_LLM_BASE_URL``, ``FABNB_LLM_API_KEY``, ``FABNB_LLM_MODEL``
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import json
 import logging
@@ -241,6 +242,23 @@ class ResponseCache:
         return f"ResponseCache({str(self.path)!r})"
 
 
+#: The event loop :meth:`LLM.run` made (its id): the one loop whose async clients fabnb closes itself.
+_MANAGED: contextvars.ContextVar = contextvars.ContextVar("fabnb_llm_managed_loop", default=None)
+
+
+def _pool_limits(client_cls, concurrency: int):
+    """Connection limits for ``concurrency`` calls in flight: openai's 1,000 connections, or more when asked.
+
+    The Limits class is the one of the httpx package ``client_cls`` builds on (``httpx`` up to openai 2,
+    ``httpx2`` after)."""
+    import importlib
+
+    base = next(c for c in client_cls.__mro__ if c.__name__ == "AsyncClient" and c.__module__.startswith("httpx"))
+    httpx = importlib.import_module(base.__module__.split(".")[0])
+    n = max(1000, int(concurrency))
+    return httpx.Limits(max_connections=n, max_keepalive_connections=max(100, int(concurrency)))
+
+
 def _price_keys(prices: dict | None) -> dict | None:
     """A price table in the kit's vocabulary (``input`` / ``output``); the old ``prompt`` / ``completion`` read too."""
     if not prices or not ({"prompt", "completion"} & set(prices)):
@@ -295,6 +313,12 @@ class LLM:
         are read too, with a DeprecationWarning).
     defaults : dict, optional
         Sampling parameters applied to every call unless overridden.
+    transport : {"aiohttp", "httpx"}
+        The HTTP transport of asynchronous calls made through :meth:`run` (every stage's path):
+        aiohttp (``openai.DefaultAioHttpClient``, the ``openai[aiohttp]`` extra) costs about
+        half the CPU per call of httpx and is what lets one core keep hundreds of calls in
+        flight (``benchmarks/bench_concurrency.py``). Synchronous calls, and asynchronous
+        calls on an event loop of the caller's own (which fabnb cannot close), use httpx.
     schema_style : {"openai", "llama.cpp"}
         How a JSON schema travels. Callers write llama.cpp's shape,
         ``{"type": "json_object", "schema": S}``; with ``"openai"`` (the default) it is
@@ -310,9 +334,13 @@ class LLM:
 
     def __init__(self, model: str, base_url: str, api_key: str | None = None, *, cache=True,
                  timeout: float = 120.0, max_retries: int = 4, backoff: float = 1.0, concurrency: int = 8,
-                 prices: dict | None = None, defaults: dict | None = None, schema_style: str = "openai"):
+                 prices: dict | None = None, defaults: dict | None = None, schema_style: str = "openai",
+                 transport: str = "aiohttp"):
         if schema_style not in ("openai", "llama.cpp"):
             raise ValueError(f"schema_style must be 'openai' or 'llama.cpp', not {schema_style!r}")
+        if transport not in ("aiohttp", "httpx"):
+            raise ValueError(f"transport must be 'aiohttp' or 'httpx', not {transport!r}")
+        self.transport = transport
         self.schema_style = schema_style
         self.model = model
         self.base_url = base_url.rstrip("/")
@@ -389,11 +417,23 @@ class LLM:
         import openai
 
         # One client per thread and kind: an async client is bound to the loop it was made in.
-        ident = (asynchronous, threading.get_ident(), id(asyncio.get_running_loop()) if asynchronous else 0)
+        loop = asyncio.get_running_loop() if asynchronous else None
+        ident = (asynchronous, threading.get_ident(), id(loop) if asynchronous else 0)
         if ident not in self._clients:
-            cls = openai.AsyncOpenAI if asynchronous else openai.OpenAI
-            self._clients[ident] = cls(api_key=self.__key, base_url=self.base_url, timeout=self.timeout,
+            if not asynchronous:
+                client = openai.OpenAI(api_key=self.__key, base_url=self.base_url, timeout=self.timeout,
                                        max_retries=0)
+            else:
+                # aiohttp only on a loop of run()'s, which closes its session when the loop ends; a session left
+                # open on a caller's loop would warn "Unclosed client session" (httpx's pool closes itself).
+                # The pool holds every call the semaphore lets through: at more than openai's 1,000 connections
+                # in flight the calls past it would wait for a connection and time out without being sent.
+                aio = openai.DefaultAioHttpClient
+                http = (aio(timeout=self.timeout, limits=_pool_limits(aio, self.concurrency))
+                        if self.transport == "aiohttp" and _MANAGED.get() == id(loop) else None)
+                client = openai.AsyncOpenAI(api_key=self.__key, base_url=self.base_url, timeout=self.timeout,
+                                            max_retries=0, http_client=http)
+            self._clients[ident] = client
         return self._clients[ident]
 
     def _prepare(self, messages, params: dict):
@@ -415,38 +455,54 @@ class LLM:
             return None
         return (prompt * self.prices.get("input", 0) + completion * self.prices.get("output", 0)) / 1e6
 
+    def _body(self, messages, params: dict) -> dict:
+        """The request body: the model, the messages and the parameters, ``extra_body`` merged in."""
+        extra = params.get("extra_body") or {}
+        return {"model": self.model, "messages": messages,
+                **{k: v for k, v in params.items() if k != "extra_body"}, **extra}
+
     def _parse(self, response, key: str, latency: float) -> Completion:
-        """The completion in a reply; :class:`_BadReply` for any 200 reply that is not one."""
+        """The completion in a reply (the parsed JSON, read once); :class:`_BadReply` for any 200 reply that is not one.
+
+        Replies come as plain JSON (``client.post(..., cast_to=object)``): openai's typed request transform and
+        response models cost more CPU per call than the rest of a call, and nothing here reads them."""
         if isinstance(response, (str, bytes)):
             # The client returns the raw text when the content type is not JSON (an HTML error page, say).
             text = response.decode(errors="replace") if isinstance(response, bytes) else response
             raise _BadReply(f"the reply is not JSON (it starts {text.strip()[:60]!r})", "bad-body")
-        extra = getattr(response, "model_extra", None) or {}
-        if extra.get("error"):
-            error = extra["error"]
+        if not isinstance(response, dict):
+            raise _BadReply(f"the reply is a JSON {type(response).__name__}, not an object", "bad-response")
+        if response.get("error"):
+            error = response["error"]
             detail = error.get("message", error) if isinstance(error, dict) else error
             raise _BadReply(f"the reply holds an error object: {str(detail)[:200]}", "error-body")
-        choices = getattr(response, "choices", None)
+        choices = response.get("choices")
         if not choices:
             raise _BadReply("the reply has no choices" if choices is None else "the reply's choices are empty",
                             "bad-response")
+        if not isinstance(choices, list) or not isinstance(choices[0], dict):
+            raise _BadReply("the reply's choices are not a list of objects", "bad-response")
         choice = choices[0]
-        message = getattr(choice, "message", None)
-        if message is None:
+        message = choice.get("message")
+        if not isinstance(message, dict):
             raise _BadReply("the reply's first choice has no message", "bad-response")
-        content = getattr(message, "content", None)
+        content = message.get("content")
         if content is not None and not isinstance(content, str):
             raise _BadReply(f"the reply's message content is a {type(content).__name__}, not text", "bad-response")
         logprobs = None
-        if getattr(choice, "logprobs", None) is not None and getattr(choice.logprobs, "content", None) is not None:
-            logprobs = [{"token": t.token, "logprob": t.logprob,
-                         "top_logprobs": [{"token": a.token, "logprob": a.logprob} for a in (t.top_logprobs or [])]}
-                        for t in choice.logprobs.content]
-        usage = getattr(response, "usage", None)
-        prompt = getattr(usage, "prompt_tokens", 0) or 0
-        completion = getattr(usage, "completion_tokens", 0) or 0
-        return Completion(text=content or "", model=getattr(response, "model", None) or self.model,
-                          finish_reason=getattr(choice, "finish_reason", None), prompt_tokens=prompt,
+        tokens = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
+        if isinstance(tokens, list):
+            try:
+                logprobs = [{"token": t["token"], "logprob": t["logprob"],
+                             "top_logprobs": [{"token": a["token"], "logprob": a["logprob"]}
+                                              for a in (t.get("top_logprobs") or [])]} for t in tokens]
+            except (KeyError, TypeError, AttributeError):
+                raise _BadReply("the reply's logprobs are not token objects", "bad-response") from None
+        usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+        prompt = usage.get("prompt_tokens") or 0
+        completion = usage.get("completion_tokens") or 0
+        return Completion(text=content or "", model=response.get("model") or self.model,
+                          finish_reason=choice.get("finish_reason"), prompt_tokens=prompt,
                           completion_tokens=completion, logprobs=logprobs, cached=False, latency_s=latency,
                           cost=self._cost(prompt, completion), key=key)
 
@@ -560,7 +616,8 @@ class LLM:
             attempt += 1
             start = time.perf_counter()
             try:
-                response = self._client(False).chat.completions.create(model=self.model, messages=messages, **params)
+                response = self._client(False).post("/chat/completions", body=self._body(messages, params),
+                                                    cast_to=object)
                 done = self._parse(response, key, time.perf_counter() - start)
             except Exception as exc:  # noqa: BLE001 - classified by _failure, which re-raises our own bugs
                 error, delay = self._failure(exc, attempt)
@@ -584,8 +641,8 @@ class LLM:
             async with semaphore:
                 start = time.perf_counter()
                 try:
-                    response = await self._client(True).chat.completions.create(
-                        model=self.model, messages=messages, **params)
+                    response = await self._client(True).post("/chat/completions",
+                                                             body=self._body(messages, params), cast_to=object)
                     done = self._parse(response, key, time.perf_counter() - start)
                 except Exception as exc:  # noqa: BLE001
                     error, delay = self._failure(exc, attempt)
@@ -657,6 +714,7 @@ class LLM:
         """
 
         async def main():
+            _MANAGED.set(id(asyncio.get_running_loop()))
             try:
                 return await coro_factory()
             finally:

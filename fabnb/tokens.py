@@ -52,6 +52,8 @@ def count_tokens(text: str) -> int:
 
 def truncate_tokens(text: str, tokens: int) -> tuple[str, bool]:
     """The text cut to its first ``tokens`` tokens, and whether it was cut."""
+    if len(text.encode("utf-8")) <= tokens:  # a token is at least one byte: nothing to cut, nothing to encode
+        return text, False
     enc = tokenizer("cl100k_base")
     ids = enc.encode(text, disallowed_special=())
     return (text, False) if len(ids) <= tokens else (enc.decode(ids[:max(0, tokens)]), True)

@@ -284,3 +284,103 @@ def test_no_secret_anywhere_in_the_error_chain(cache, status):
     for text in texts:
         assert SECRET not in text
     assert "***" in str(error)
+
+
+# ------------------------------------------------------------------ the transport at high concurrency (issue 29)
+
+
+def test_async_calls_go_over_aiohttp_with_a_pool_for_every_call_in_flight_and_close_their_session():
+    import asyncio
+    import gc
+    import warnings
+
+    with StubServer() as server:
+        llm = LLM("stub", server.base_url, cache=False, concurrency=1100)
+
+        async def transport():
+            await llm.acomplete("hello")
+            http = llm._client(True)._client
+            return type(http).__name__, http._transport.limits.max_connections
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            name, pool = llm.run(transport)
+            assert not llm._clients  # run() closed the client of its loop
+            gc.collect()
+        assert name == "_InstalledAioHttpClient" and pool >= 1100
+        assert not [w for w in caught if "nclosed" in str(w.message)], [str(w.message) for w in caught]
+        # A loop of the caller's own: fabnb cannot close a session there, so it uses httpx, whose pool needs no
+        # close (aiohttp would warn "Unclosed client session").
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert asyncio.run(llm.acomplete("again")).text.startswith("echo")
+            llm = None  # its clients go with it
+            gc.collect()
+        assert not [w for w in caught if "client session" in str(w.message) or "connector" in str(w.message)]
+        plain = LLM("stub", server.base_url, cache=False, transport="httpx", concurrency=4)
+        assert plain.run(lambda: _client_name(plain)) == "AsyncHttpxClientWrapper"
+        assert plain.complete("sync").text.startswith("echo")  # sync calls: httpx
+    with pytest.raises(ValueError, match="transport must be"):
+        LLM("m", "http://127.0.0.1:9/v1", cache=False, transport="curl")
+
+
+async def _client_name(llm):
+    await llm.acomplete("hello")
+    return type(llm._client(True)._client).__name__
+
+
+def test_a_server_that_never_answers_at_256_in_flight_times_out_every_call_on_time():
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1024)
+    held = []
+
+    def accept():
+        while True:
+            try:
+                held.append(listener.accept()[0])  # accepted, never read, never answered
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        llm = LLM("stub", f"http://127.0.0.1:{listener.getsockname()[1]}/v1", cache=False, timeout=1.0,
+                  max_retries=0, concurrency=256)
+        start = time.perf_counter()
+        out = llm.map([f"q{i}" for i in range(512)], error_policy="record")
+        seconds = time.perf_counter() - start
+    finally:
+        listener.close()
+        for s in held:
+            s.close()
+    assert all(isinstance(r, Failure) and r.cause == "timeout" and r.attempts == 1 for r in out)
+    assert seconds < 30, seconds  # two rounds of 1 s timeouts; a call that hung would hold this for 120 s
+
+
+def test_a_server_that_closes_every_connection_after_its_reply_fails_no_call_it_answered(tmp_path):
+    """No "Connection: close" header: the client learns of each close only when it reuses the connection."""
+    def closing(request, n):
+        def write(handler):
+            data = json.dumps(completion("fine")).encode()
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(data)))
+            handler.end_headers()
+            handler.wfile.write(data)
+            handler.wfile.flush()
+            handler.close_connection = True
+        return 200, write, {}
+
+    with StubServer(closing) as server:
+        llm = LLM("stub", server.base_url, cache=ResponseCache(tmp_path / "c.sqlite"), max_retries=1,
+                  backoff=0.01, concurrency=32)
+        first = llm.map([f"q{i}" for i in range(300)], error_policy="record")
+        failed = [r for r in first if isinstance(r, Failure)]
+        assert all(r.cause == "connection" for r in failed)  # recorded with its cause, never a crash
+        before = len(server.requests)
+        again = llm.map([f"q{i}" for i in range(300)], error_policy="record")
+        assert len(server.requests) - before <= len(failed)  # a rerun asks only what failed
+        assert sum(isinstance(r, Failure) for r in first) <= 3 and not any(isinstance(r, Failure) for r in again)

@@ -450,8 +450,10 @@ def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, me
         # A shared bar learns only now how many answers came back to be judged.
         bar, own_bar = stage_bar(progress, len(cells), "judging", shared_total=True)
 
+        by_id = dict(zip(qs.index, qs.to_dict("records")))  # a dict lookup per cell, not a pandas .loc
+
         async def one(sem, r, metric, rep, key):
-            q = qs.loc[r["test_id"]]
+            q = by_id[r["test_id"]]
             sources = r.get("sources")
             sources = [s.get("text", "") for s in sources] if isinstance(sources, list) else None
             judge = llm if rep == 0 else llm.with_defaults(seed=rep)
@@ -477,7 +479,8 @@ def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, me
             sem = asyncio.Semaphore(max(1, llm.concurrency))
             await asyncio.gather(*(one(sem, *cell) for cell in cells))
 
-        llm.run(main)
+        with store.batched():  # every score written as it comes, fsynced every 0.2 s (records.ResultsStore.batched)
+            llm.run(main)
         if own_bar:
             bar.close()
         if failures and error_policy == "raise":
