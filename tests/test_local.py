@@ -114,8 +114,9 @@ def test_no_embedded_model_is_one_line_in_a_notebook_with_the_fix(monkeypatch, c
 def test_the_installed_llama_cpp_is_a_portable_build():
     """No AVX-512 register and no AMX instruction in any llama.cpp library (``objdump -d``).
 
-    CI runs this right after the README's install, with a native wheel of llama-cpp-python
-    left in pip's cache beforehand: the install must not have picked it up.
+    CI runs this right after the README's install, with a wheel of llama-cpp-python planted in pip's
+    cache beforehand where pip looks for a build of the sdist (``.ci/plant_cached_wheel.py``; its package
+    raises on import): the install must not have picked it up, and must be portable.
     """
     report = build_report()
     assert report["installed"], "llama-cpp-python is not installed"
