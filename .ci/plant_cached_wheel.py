@@ -47,5 +47,6 @@ wheel = folder / f"{project}-{version}-{tag.interpreter}-{tag.abi}-{tag.platform
 with zipfile.ZipFile(wheel, "w") as z:
     for path, data in files.items():
         z.writestr(path, data)
-    z.writestr(f"{dist}/RECORD", "".join(f"{p},{digest(d)},{len(d)}\n" for p, d in files.items()) + f"{dist}/RECORD,,\n")
+    record = "".join(f"{p},{digest(d)},{len(d)}\n" for p, d in files.items()) + f"{dist}/RECORD,,\n"
+    z.writestr(f"{dist}/RECORD", record)
 print(wheel)
