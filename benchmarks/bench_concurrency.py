@@ -12,10 +12,11 @@ after the other, in this process:
 - ``fabnb judge``: ``judge_results`` on N / 6 answers x six metrics (DeepEval's G-Eval with
   logprob weighting, the score store, no response cache).
 
-For each: wall time, its share of the bound, the ratio to the plain aiohttp client, and the
-client process's CPU seconds per call (``time.process_time``; the server is another process).
+and, with ``--workers N`` (default 2), ``judge_results(workers=N)``. For each: wall time, its share of the bound,
+the ratio to the plain aiohttp client, and the client's CPU time per call (this process and its worker
+processes, ``getrusage``; the server is another process).
 
-Usage: python benchmarks/bench_concurrency.py [--delay 0.5] [--rounds 12] [--levels 32,128,256,512]
+Usage: python benchmarks/bench_concurrency.py [--delay 0.5] [--rounds 12] [--levels 32,128,256,512] [--workers 2]
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import argparse
 import asyncio
 import os
 import platform
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -60,10 +62,16 @@ async def _plain(base_url: str, n: int, c: int, aiohttp: bool) -> None:
         await client.close()
 
 
+def _cpu() -> float:
+    # This process and its finished children (the judge's worker processes), user and system time.
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _timed(fn) -> tuple[float, float]:
-    wall, cpu = time.perf_counter(), time.process_time()
+    wall, cpu = time.perf_counter(), _cpu()
     fn()
-    return time.perf_counter() - wall, time.process_time() - cpu
+    return time.perf_counter() - wall, _cpu() - cpu
 
 
 def _judge_frames(n_answers: int, tag: str):
@@ -81,6 +89,7 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.5)
     parser.add_argument("--rounds", type=int, default=12, help="calls per slot: N = concurrency x rounds")
     parser.add_argument("--levels", default="32,128,256,512")
+    parser.add_argument("--workers", type=int, default=2, help="also the judge over this many processes (1: not)")
     args = parser.parse_args()
     levels = [int(c) for c in args.levels.split(",")]
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
@@ -104,10 +113,14 @@ def main() -> None:
             runs["fabnb judge"] = lambda: judge_results(
                 results, questions, LLM("stub-judge", base_url, cache=False, concurrency=c),
                 score_store(Path(tmp) / f"judge-{c}.jsonl"), progress=False)
+            if args.workers > 1:
+                runs[f"fabnb judge, {args.workers} workers"] = lambda: judge_results(
+                    results, questions, LLM("stub-judge", base_url, cache=False, concurrency=c),
+                    score_store(Path(tmp) / f"judge-{c}-w.jsonl"), progress=False, workers=args.workers)
             times = {name: _timed(fn) for name, fn in runs.items()}
             base = times["plain aiohttp"]
             for name, (wall, cpu) in times.items():
-                calls = n if name != "fabnb judge" else len(results) * len(METRICS)
+                calls = n if not name.startswith("fabnb judge") else len(results) * len(METRICS)
                 rows.append({"in flight": c, "client": name, "calls": calls, "seconds": round(wall, 2),
                              "of bound": round(bound / wall, 2), "of plain aiohttp": round(base[0] / wall, 2),
                              "CPU ms per call": round(1000 * cpu / calls, 2),

@@ -379,6 +379,21 @@ class LLM:
     def __getstate__(self):
         raise TypeError("an LLM holds a secret and is not picklable; pass its settings instead.")
 
+    def settings(self) -> dict:
+        """This client's constructor arguments, without the key: what a worker process needs to build its own.
+
+        >>> LLM("m", "http://127.0.0.1:9/v1", api_key="sk-secret", cache=False).settings()["base_url"]
+        'http://127.0.0.1:9/v1'
+        """
+        return {"model": self.model, "base_url": self.base_url, "cache": str(self.cache.path) if self.cache else False,
+                "timeout": self.timeout, "max_retries": self.max_retries, "backoff": self.backoff,
+                "concurrency": self.concurrency, "prices": self.prices, "defaults": dict(self.defaults),
+                "schema_style": self.schema_style, "transport": self.transport}
+
+    def _secret(self) -> str | None:
+        # For a worker process's environment only (fabnb.judge.workers): never a file, an argument or a log.
+        return self.__key if self._has_key else None
+
     def with_defaults(self, **params) -> "LLM":
         """The same endpoint, key, cache and usage log, with extra default sampling parameters.
 

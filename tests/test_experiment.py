@@ -48,6 +48,7 @@ def write_file(folder: Path, **changes) -> Path:
     and the tests that are about figures ask for them."""
     settings = {"sample": 4, "windows": "[1, 2]", "modes": '["A", "B"]', "retriever": "bm25",
                 "metrics": '["relevance", "depth"]', "budget": "", "name": "stub-study", "extra_system": "",
+                "extra_judge": "",
                 "report": "figures = []", "questions": ""}
     settings.update(changes)
     text = textwrap.dedent(f"""\
@@ -85,6 +86,7 @@ def write_file(folder: Path, **changes) -> Path:
         metrics = {settings['metrics']}
         logprobs = false
         max_retries = 0
+        {settings['extra_judge']}
 
         [prices]
         stub-answerer = {{input = 1.0, output = 2.0, date = "2026-11-30", source = "test"}}
@@ -534,6 +536,44 @@ def test_an_endpoint_down_for_some_cells_and_broken_judge_json_are_recorded_then
 
 
 KILL_SCRIPT = "import sys; from fabnb.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def test_judge_workers_die_with_a_killed_run_and_the_rerun_asks_only_what_is_not_stored(tmp_path, monkeypatch):
+    """``[judge] workers = 2`` (issue 29): a run killed with SIGKILL mid-judging leaves no worker asking."""
+    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FABNB_TEST_KEY", CANARY)
+    path = write_file(tmp_path, sample=10, extra_judge="workers = 2")  # 40 answers, 80 judge calls
+    out = tmp_path / "out"
+    def slow_judge(request, n):
+        if request.get("response_format"):
+            time.sleep(0.4)  # a shard (40 calls, 4 in flight) takes 4 s: a killed run's worker must not go on
+        return judge_or_echo(request, n)
+
+    with StubServer(slow_judge) as server:
+        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
+        proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, "run", str(path), "--no-probe", "--no-progress"],
+                                env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        scores = out / "scores.jsonl"
+        deadline = time.monotonic() + 120
+        # 44 scores: more than this process's shard (40) holds, so the worker is asking too.
+        while (not scores.exists() or len(scores.read_text().splitlines()) < 44) and time.monotonic() < deadline \
+                and proc.poll() is None:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        time.sleep(1.0)  # a worker gets SIGTERM when its parent dies (PR_SET_PDEATHSIG); calls in flight land
+        settled = len(server.requests)
+        time.sleep(2.0)
+        assert len(server.requests) == settled, "a worker kept asking after its run was killed"
+        from fabnb.judge import score_store
+
+        stored = len(score_store(scores).done())
+        assert 44 <= stored < 80, proc.stderr.read().decode()[-2000:]
+        run = run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    assert len(server.requests) - settled <= 80 - stored  # no stored score is asked again
+    assert run.status == "finished" and run.tally.set_index("stage").loc["judge", "ok"] == 80
+    assert len(score_store(scores).frame()) == 80
 
 
 @pytest.mark.parametrize("stage", ["answers", "judge", "reporting"])

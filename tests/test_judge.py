@@ -419,3 +419,41 @@ def test_the_answer_flags_almost_never_fire_on_the_released_gold_answers(fab_ben
     assert len(flags) == 200
     for name in ("repetitive", "empty_high"):
         assert flags.str.contains(name).sum() <= 2, name  # at most 1% of the gold answers
+
+
+# ------------------------------------------------------------------ workers (issue 29)
+
+
+def test_two_worker_processes_score_every_cell_once_into_one_store_and_the_key_stays_in_memory(tmp_path):
+    from fabnb.records import hold
+
+    key = "sk-worker-canary-31f7"
+    store = score_store(tmp_path / "scores.jsonl")
+    with StubServer(judge_reply()) as server:
+        llm = LLM("j", server.base_url, api_key=key, cache=False, concurrency=8)
+        judge_results(results_frame(), QUESTIONS, llm, score_store(tmp_path / "one.jsonl"), progress=False)
+        n = len(server.requests)
+        run = judge_results(results_frame(), QUESTIONS, llm, store, progress=False, workers=2)
+        assert (run.scored, run.failed) == (24, 0) and len(server.requests) - n == 24  # each cell asked once
+        assert all(h.get("authorization") == f"Bearer {key}" for h in server.headers)  # the worker had the key
+        again = judge_results(results_frame(), QUESTIONS, llm, store, progress=False, workers=2)
+        assert again.scored == 0 and len(server.requests) - n == 24  # resumed: nothing asked again
+    records = store.records()[0]
+    assert len(records) == 24 and len({store.key(r) for r in records}) == 24
+    by_one = score_store(tmp_path / "one.jsonl").frame().set_index(["context_k", "test_id", "metric"])["score"]
+    assert store.frame().set_index(["context_k", "test_id", "metric"])["score"].sort_index().equals(
+        by_one.sort_index())  # the same scores as one process gives
+    with hold(store.path, "a test"):  # the stage released the store: nothing of the workers holds it
+        pass
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert key.encode() not in path.read_bytes(), path
+    with pytest.raises(ValueError, match="plain fabnb.llm.LLM"):
+        from fabnb.judge.workers import judge_in_workers
+
+        class Other(LLM):
+            pass
+
+        judge_in_workers([({"test_id": "Q1"}, "depth", 0, {})] * 4, {}, Other("j", "http://127.0.0.1:9/v1",
+                                                                             cache=False), store, {}, 2,
+                         here=None, entry="")

@@ -1,11 +1,9 @@
 """The experiment file: one small spec per TOML table, each reading and checking its own table.
 
-The file reads top to bottom as the tables do: the top level (name, output, seed,
-concurrency, budget_usd), ``[questions]`` (:class:`QuestionsSpec`), ``[corpus]``
-(:class:`CorpusSpec`), ``[[systems]]`` (:class:`SystemSpec`), ``[contexts]``
-(:class:`ContextsSpec`), ``[judge]`` (:class:`JudgeSpec`), ``[prices]`` and ``[report]``
-(:class:`ReportSpec`). Each spec's ``from_table`` raises :class:`ExperimentError`
-naming the file, the line and the key.
+The file reads top to bottom as the tables do: the top level (name, output, seed, concurrency, budget_usd),
+``[questions]`` (:class:`QuestionsSpec`), ``[corpus]`` (:class:`CorpusSpec`), ``[[systems]]`` (:class:`SystemSpec`),
+``[contexts]`` (:class:`ContextsSpec`), ``[judge]`` (:class:`JudgeSpec`), ``[prices]`` and ``[report]``
+(:class:`ReportSpec`). Each spec's ``from_table`` raises :class:`ExperimentError` naming the file, line and key.
 
 Examples
 --------
@@ -90,7 +88,7 @@ _SCHEMA: dict[str, dict] = {
                 **_ENDPOINT_KEYS},
     "judge": {"metrics": (list, str), "replicates": int, "logprobs": bool, "reference_check": bool,
               "reason_chars": int, "max_answer_tokens": int, "concurrency": int, "temperature": (int, float),
-              "n_ctx": int, **_ENDPOINT_KEYS},
+              "n_ctx": int, "workers": int, **_ENDPOINT_KEYS},
     "prices": {"input": (int, float), "output": (int, float), "date": str, "source": str},
     "report": {"compare_published": bool, "figures": list, "bootstrap": int, "seed": int},
 }
@@ -119,8 +117,7 @@ def _line_of(text: str | None, key: str) -> str:
 _FIGURE_FORMATS = ("png", "svg", "pdf")
 
 
-def _finite(v) -> bool:
-    return math.isfinite(v)
+_finite = math.isfinite
 
 
 #: The allowed range of every numeric key, per table: (test, what is allowed). The file check applies it with the
@@ -144,6 +141,7 @@ RANGES: dict[tuple[str, str], tuple] = {
     ("judge", "temperature"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite"),
     ("judge", "n_ctx"): (lambda v: v >= 512, ">= 512 (tokens)"),
     ("judge", "max_retries"): (lambda v: v >= 0, ">= 0"),
+    ("judge", "workers"): (lambda v: 1 <= v <= 64, "1 to 64 (processes)"),
     ("report", "bootstrap"): (lambda v: 100 <= v <= 100_000, "100 to 100,000 (bootstrap draws)"),
     ("prices", "input"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite (dollars per million tokens)"),
     ("prices", "output"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite (dollars per million tokens)"),
@@ -522,6 +520,7 @@ class JudgeSpec:
     concurrency: int = 8
     temperature: float = 0.0
     n_ctx: int = 8192
+    workers: int = 1  # processes the judge's calls are spread over (fabnb.judge.workers)
 
     @classmethod
     def from_table(cls, j: dict, where: str, text: str | None = None) -> "JudgeSpec":
@@ -533,10 +532,13 @@ class JudgeSpec:
             raise ExperimentError(f"{where}: [judge] metrics = {j.get('metrics')!r} must be \"all\" or a list of "
                                   f"{', '.join(METRICS)}.")
         _no_duplicates(list(metrics), "metrics", "[judge]", where, text)
-        return cls(endpoint, metrics, int(j.get("replicates", 1)), bool(j.get("logprobs", True)),
-                   bool(j.get("reference_check", True)), int(j.get("reason_chars", 400)),
-                   int(j.get("max_answer_tokens", 3000)), int(j.get("concurrency", 8)),
-                   float(j.get("temperature", 0.0)), int(j.get("n_ctx", 8192)))
+        if int(j.get("workers", 1)) > 1 and endpoint.embedded:  # one slot: more processes only queue at it
+            raise ExperimentError(f"{where}: [judge] workers{_line_of(text, 'workers')}: the embedded model answers "
+                                  "one call at a time. Remove workers, or judge with a server (model, base_url_env).")
+        g = j.get
+        return cls(endpoint, metrics, int(g("replicates", 1)), bool(g("logprobs", True)),
+                   bool(g("reference_check", True)), int(g("reason_chars", 400)), int(g("max_answer_tokens", 3000)),
+                   int(g("concurrency", 8)), float(g("temperature", 0.0)), int(g("n_ctx", 8192)), int(g("workers", 1)))
 
     def signature(self) -> dict:
         """What makes a score what it is: a change here is refused on resume."""
@@ -582,19 +584,16 @@ def prices_from_table(table: dict, where: str, text: str | None = None) -> dict:
 
 def _alias(table: str, key: str) -> property:
     """A read-only attribute of the experiment that reads one key of one of its table specs."""
-    return property(lambda self: getattr(getattr(self, table), key),
-                    doc=f"``{table}.{key}`` (kept as a flat attribute for existing code).")
+    return property(lambda self: getattr(getattr(self, table), key), doc=f"``{table}.{key}`` (kept for existing code).")
 
 
 @dataclass(frozen=True)
 class Experiment:
     """An experiment: what to ask, whom, at which windows and modes, how to judge, where to write.
 
-    Build it with :meth:`from_file` (TOML) or :meth:`from_dict` (the same keys); see
-    ``examples/offline.toml`` for every key with its meaning. Each TOML table is a spec of
-    its own (``exp.contexts``, ``exp.question_set``, ``exp.corpus``, ``exp.judging``,
-    ``exp.report``); the flat names of earlier releases (``exp.windows``,
-    ``exp.judge_concurrency``, ...) read them.
+    Build it with :meth:`from_file` (TOML) or :meth:`from_dict` (the same keys); ``examples/offline.toml`` has every
+    key with its meaning. Each TOML table is a spec of its own (``exp.contexts``, ``exp.question_set``, ``exp.corpus``,
+    ``exp.judging``, ``exp.report``); the flat names of earlier releases (``exp.windows``, ...) read them.
 
     Examples
     --------

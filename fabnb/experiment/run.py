@@ -127,7 +127,7 @@ def _judge_stage(exp: Experiment, questions: pd.DataFrame, plan_: Plan, bar) -> 
     run = judge_results(answers, questions, judge, s_store, metrics=exp.metrics, replicates=exp.replicates,
                         logprobs=exp.logprobs, temperature=exp.judge_temperature, reason_chars=exp.reason_chars,
                         max_answer_tokens=exp.max_answer_tokens, progress=bar if bar is not None else False,
-                        limit=_budget_limit(exp, "judge", plan_, questions))
+                        limit=_budget_limit(exp, "judge", plan_, questions), workers=exp.judging.workers)
     return not run.deferred
 
 

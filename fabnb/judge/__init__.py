@@ -26,7 +26,8 @@ before it is imported.
   judge-expert agreement, oracle precision, McNemar tests and bootstrap intervals.
 
 The package, by subject: :mod:`~fabnb.judge.rubrics` (rubrics, scale, the reply check),
-:mod:`~fabnb.judge.geval` (DeepEval, ``judge_results``), :mod:`~fabnb.judge.reference`
+:mod:`~fabnb.judge.geval` (DeepEval, ``judge_results``), :mod:`~fabnb.judge.workers` (its calls over worker
+processes), :mod:`~fabnb.judge.reference`
 (no LLM), :mod:`~fabnb.judge.sanity` (flags on scores not to take at face value, no LLM) and
 :mod:`~fabnb.judge.oracle` (RAG-TESTER's oracle and verdict tables). The
 statistics live in :mod:`fabnb.stats` and are re-exported here under their old names.

@@ -388,10 +388,55 @@ def _cells_to_judge(ok: pd.DataFrame, metrics, replicates: int, store: ResultsSt
     return cells
 
 
+def judge_cells(cells: list[tuple], questions: dict, llm, store: ResultsStore, settings: dict, bar=None) -> list[dict]:
+    """Score ``cells`` (from :func:`_cells_to_judge`) into ``store``, ``llm.concurrency`` at a time, on one event loop;
+    the failed records. ``questions``: test_id -> the question's fields; ``settings``: :func:`score_answer`'s
+    logprobs, temperature, reason_chars and max_answer_tokens. The caller holds the store."""
+    failures = []
+
+    async def one(sem, r, metric, rep, key):
+        q = questions[r["test_id"]]
+        sources = r.get("sources")
+        sources = [s.get("text", "") for s in sources] if isinstance(sources, list) else None
+        judge = llm if rep == 0 else llm.with_defaults(seed=rep)
+        async with sem:
+            try:
+                out = await score_answer(judge, metric, question=q["question"], answer=str(r.get("answer") or ""),
+                                         expected=str(q.get("ground_truth_answer", "")),
+                                         question_format=str(q.get("question_format", "SUBJECTIVE")),
+                                         sources=sources, **settings)
+                record = {**key, "status": "ok", "cause": "", "error": "", **out}
+            except JudgeError as exc:
+                record = {**key, "status": "error", "cause": exc.cause, "error": str(exc)}
+        record["ts"] = time.time()
+        store.append(record)
+        if bar is not None:
+            bar.update(1)
+        if record["status"] != "ok":
+            failures.append(record)
+
+    async def main():
+        sem = asyncio.Semaphore(max(1, llm.concurrency))
+        await asyncio.gather(*(one(sem, *cell) for cell in cells))
+
+    with store.batched():  # every score written as it comes, fsynced every 0.2 s (records.ResultsStore.batched)
+        llm.run(main)
+    return failures
+
+
+def worker_cells(spec: dict, llm) -> list[dict]:
+    """A judge worker's part (:mod:`fabnb.judge.workers`): its cells into the store its spec names; the failures."""
+    if spec.get("logprobs_supported") is not None:
+        with _LOGPROBS_LOCK:
+            _LOGPROBS[(llm.base_url, llm.model)] = bool(spec["logprobs_supported"])
+    return judge_cells([tuple(c) for c in spec["cells"]], spec["questions"], llm, score_store(spec["store"]),
+                       spec["settings"])
+
+
 def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, metrics=METRICS, replicates: int = 1,
                   logprobs: bool = True, temperature: float = 0.0, reason_chars: int = 400,
                   error_policy: str = "record", progress=True, max_answer_tokens: int = 3000,
-                  limit: int | None = None) -> JudgeRun:
+                  limit: int | None = None, workers: int = 1) -> JudgeRun:
     """Score every answered cell of a RAG results frame on the six metrics, into a score store.
 
     Parameters
@@ -424,6 +469,11 @@ def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, me
     limit : int, optional
         Make at most this many of the judge calls still to do (a budget's cut); the rest
         stay for the next run and are counted in ``JudgeRun.deferred``.
+    workers : int
+        Processes to spread the calls over (:mod:`fabnb.judge.workers`), each with an event loop of its own and
+        ``llm.concurrency / workers`` calls in flight: past a few hundred calls in flight one core is the limit
+        (``benchmarks/bench_concurrency.py``). The cells are dealt out before any is asked, so none is asked twice
+        and ``limit`` counts them all; every worker appends to the one store this process holds.
 
     Returns
     -------
@@ -446,41 +496,21 @@ def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, me
         deferred = 0
         if limit is not None and len(cells) > limit:
             cells, deferred = cells[:max(0, limit)], len(cells) - max(0, limit)
-        failures, start = [], time.perf_counter()
+        start = time.perf_counter()
         # A shared bar learns only now how many answers came back to be judged.
         bar, own_bar = stage_bar(progress, len(cells), "judging", shared_total=True)
-
+        settings = {"logprobs": logprobs, "temperature": temperature, "reason_chars": reason_chars,
+                    "max_answer_tokens": max_answer_tokens}
         by_id = dict(zip(qs.index, qs.to_dict("records")))  # a dict lookup per cell, not a pandas .loc
+        if workers > 1 and len(cells) >= 2 * workers:
+            from .workers import judge_in_workers
 
-        async def one(sem, r, metric, rep, key):
-            q = by_id[r["test_id"]]
-            sources = r.get("sources")
-            sources = [s.get("text", "") for s in sources] if isinstance(sources, list) else None
-            judge = llm if rep == 0 else llm.with_defaults(seed=rep)
-            async with sem:
-                try:
-                    out = await score_answer(judge, metric, question=q["question"], answer=str(r.get("answer") or ""),
-                                             expected=str(q.get("ground_truth_answer", "")),
-                                             question_format=str(q.get("question_format", "SUBJECTIVE")),
-                                             sources=sources, logprobs=logprobs, temperature=temperature,
-                                             reason_chars=reason_chars, max_answer_tokens=max_answer_tokens)
-                    record = {**key, "status": "ok", "cause": "", "error": "", **out}
-                except JudgeError as exc:
-                    record = {**key, "status": "error", "cause": exc.cause, "error": str(exc)}
-            record["ts"] = time.time()
-            store.append(record)
-            if bar is not None:
-                bar.update(1)
-            if record["status"] != "ok":
-                failures.append(record)
-            return record
-
-        async def main():
-            sem = asyncio.Semaphore(max(1, llm.concurrency))
-            await asyncio.gather(*(one(sem, *cell) for cell in cells))
-
-        with store.batched():  # every score written as it comes, fsynced every 0.2 s (records.ResultsStore.batched)
-            llm.run(main)
+            # The one logprobs probe of this judge, made here and told to the workers (each would make its own).
+            probe = logprobs_supported(llm) if logprobs else None
+            failures = judge_in_workers(cells, by_id, llm, store, settings, workers, bar, here=judge_cells,
+                                        entry="fabnb.judge.geval:worker_cells", extra={"logprobs_supported": probe})
+        else:
+            failures = judge_cells(cells, by_id, llm, store, settings, bar)
         if own_bar:
             bar.close()
         if failures and error_policy == "raise":
