@@ -505,7 +505,8 @@ class LLM:
         if content is not None and not isinstance(content, str):
             raise _BadReply(f"the reply's message content is a {type(content).__name__}, not text", "bad-response")
         logprobs = None
-        tokens = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
+        lp = choice.get("logprobs")
+        tokens = lp.get("content") if isinstance(lp, dict) else None
         if isinstance(tokens, list):
             try:
                 logprobs = [{"token": t["token"], "logprob": t["logprob"],

@@ -97,18 +97,22 @@ def _reference_section(exp: Experiment, out: Path, answers: pd.DataFrame, questi
             agg.rename(columns={"mean": "correct", "size": "n"}).to_markdown(index=False), ""]
 
 
-def _analyses(exp: Experiment, out: Path, scores: pd.DataFrame) -> str:
-    """``report/`` from the per-question scores (both modes where both ran); '' when written, else why not."""
+def _per_question(scores: pd.DataFrame) -> pd.DataFrame:
+    """The ok scores averaged over replicates, one row per system, window, mode, question and metric."""
     from ..judge import to_score_frame
+
+    by = ("system", "model", "context_k", "mode", "test_id", "metric")
+    return to_score_frame(scores, by=by).drop(columns="n") if len(scores) else pd.DataFrame(columns=[*by, "score"])
+
+
+def _analyses(exp: Experiment, out: Path, per_question: pd.DataFrame) -> str:
+    """``report/`` from the per-question scores (both modes where both ran); '' when written, else why not."""
     from ..report import reproduce
     from ..scores import ScoreError, check_scores, with_average
 
-    by = ("system", "model", "context_k", "mode", "test_id", "metric")
-    frame = to_score_frame(scores, by=by) if len(scores) else pd.DataFrame()
-    if not len(frame):
+    if not len(per_question):
         return "No scores yet: the analyses come with the judge stage."
-    frame = frame.drop(columns=["n"])
-    frame["model"] = frame["system"]  # the analyses compare systems; a model may serve several
+    frame = per_question.assign(model=per_question["system"])  # the analyses compare systems; a model may serve several
     if exp.compare_published:
         from .. import published
 
@@ -210,16 +214,13 @@ def _flag_section(scores: pd.DataFrame) -> list[str]:
             ""]
 
 
-def _gap_section(exp: Experiment, scores: pd.DataFrame) -> list[str]:
+def _gap_section(exp: Experiment, per_question: pd.DataFrame) -> list[str]:
     """Mode B - mode A per system and window (where both modes ran)."""
     from ..intervals import mode_gap
-    from ..judge import to_score_frame
 
-    ok = scores[scores["status"] == "ok"] if len(scores) else scores
-    if not len(ok) or not {"A", "B"} <= set(ok["mode"]):
+    if not len(per_question) or not {"A", "B"} <= set(per_question["mode"]):
         return []
-    frame = to_score_frame(ok, by=("system", "model", "context_k", "mode", "test_id", "metric")).drop(columns="n")
-    gap = mode_gap(frame, n_boot=exp.report.bootstrap, seed=exp.report.seed)
+    gap = mode_gap(per_question, n_boot=exp.report.bootstrap, seed=exp.report.seed)
     gap = gap[gap["metric"] == "average"]
     if gap.empty:
         return []
@@ -281,8 +282,9 @@ def _write_report(exp: Experiment, questions: pd.DataFrame | None, held: tuple |
                   clean.pivot_table(index=["system", "context_k", "mode"], columns="metric", values="shown",
                                     aggfunc="first").reset_index().to_markdown(index=False), ""]
     lines += _flag_section(scores)
-    lines += _gap_section(exp, scores)
-    note = _analyses(exp, out, scores)
+    per_question = _per_question(scores)  # one frame for the B - A table and report/
+    lines += _gap_section(exp, per_question)
+    note = _analyses(exp, out, per_question)
     lines += ["## Analyses", "", note or "Fits, behaviour labels, operating points, crossovers, correlations, "
               "dilution deltas, profiles and figures: [report/report.md](report/report.md).", ""]
     (out / "summary.md").write_text("\n".join(lines), encoding="utf-8")

@@ -58,7 +58,11 @@ _EMPTY_WORDS = frozenset(
 
 def repetition_share(text, n: int = 3) -> float:
     """Share of the word ``n``-grams of ``text`` that repeat an earlier one (0 for fewer than ``n`` words)."""
-    words = [w.lower() for w in word_tokens(str(text or ""))]
+    return _repeated(word_tokens(str(text or "")), n)
+
+
+def _repeated(words: list[str], n: int = 3) -> float:
+    words = [w.lower() for w in words]
     grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
     return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
 
@@ -105,10 +109,15 @@ def judge_flags(scores: pd.DataFrame, answers: pd.DataFrame | None = None) -> pd
         text = pd.Series("", index=out.index, dtype=object)
         if answers is not None and len(answers) and "answer" in answers.columns:
             by_key = answers.drop_duplicates(keys, keep="last").set_index(keys)["answer"]
-            text = pd.Series(out.set_index(keys).index.map(by_key.to_dict()), index=out.index)
-            words = text.map(lambda t: len(word_tokens(t)) if isinstance(t, str) else np.nan).to_numpy(float)
-            raised["repetitive"] = ok & text.map(lambda t: isinstance(t, str) and repetition_share(t)
-                                                 > REPETITION_SHARE).to_numpy(bool)
+            # Once per answer, not once per score (an answer has a score per metric and replicate).
+            tokens = by_key.map(lambda t: word_tokens(t) if isinstance(t, str) else None)
+            n_words = tokens.map(lambda w: np.nan if w is None else len(w))
+            repetitive = tokens.map(lambda w: w is not None and _repeated(w) > REPETITION_SHARE)
+            at = out.set_index(keys).index
+            text = pd.Series(at.map(by_key.to_dict()), index=out.index)
+            words = pd.Series(at.map(n_words.to_dict()), index=out.index).to_numpy(float)
+            raised["repetitive"] = ok & pd.Series(at.map(repetitive.to_dict()), index=out.index).fillna(False).to_numpy(
+                bool)
             raised["empty_high"] = ok & (words < NEAR_EMPTY_WORDS) & (score >= HIGH_SCORE)
         if "reason" in out.columns:
             raised["empty_reason"] = ok & out["reason"].map(_says_nothing).to_numpy(bool)

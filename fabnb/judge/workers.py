@@ -49,8 +49,9 @@ def judge_in_workers(cells: list[tuple], questions: dict, llm, store, settings: 
     share = max(1, llm.concurrency // workers)
     spec = {"llm": {**llm.settings(), "concurrency": share}, "store": str(store.path), "settings": settings,
             "entry": entry, **(extra or {})}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
-                                                        os.environ.get("PYTHONPATH", "")])}
+    # This fabnb first (an empty entry would add the working folder).
+    path = [str(Path(__file__).resolve().parents[2]), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     if llm._secret() is not None:
         env[_KEY_VARIABLE] = llm._secret()
     procs, files, outs = [], [], []
