@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 os.environ.setdefault("DEEPEVAL_TELEMETRY_OPT_OUT", "1")
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")  # else Haystack looks up a telemetry host
 os.environ.setdefault("DEEPEVAL_DISABLE_DOTENV", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 

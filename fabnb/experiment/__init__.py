@@ -11,6 +11,8 @@ file, and never reach the folder.
 
 The subjects, one module each:
 
+- :mod:`~fabnb.experiment.fields`: the file's keys, types and ranges, :class:`ExperimentError`;
+- :mod:`~fabnb.experiment.systems`: the system kinds, endpoints and settings (:class:`SystemSpec`);
 - :mod:`~fabnb.experiment.config`: the file, one spec per TOML table (:class:`Experiment`);
 - :mod:`~fabnb.experiment.prices`: the price table as data, and costs;
 - :mod:`~fabnb.experiment.planning`: the plan (:func:`plan`, :class:`Plan`);
@@ -28,7 +30,7 @@ Examples
 >>> Experiment.from_dict({"name": "demo", "sytems": []})  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-fabnb.experiment.config.ExperimentError: <dict>: unknown key 'sytems' at the top level; allowed: ..., seed, systems.
+fabnb.experiment.fields.ExperimentError: <dict>: unknown key 'sytems' at the top level; allowed: ..., seed, systems.
 """
 
 from .config import (

@@ -15,378 +15,30 @@ Examples
 
 from __future__ import annotations
 
-import math
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from ..errors import FabnbError
 from ..judge.rubrics import RUBRIC_VERSION
 from ..schema import METRICS, TEST_TYPES
+from .fields import (
+    _FIGURE_FORMATS,
+    RANGES,
+    ExperimentError,
+    _check_range,
+    _check_table,
+    _line_of,
+    _no_duplicates,
+    _path,
+)
 from .prices import price_of
+from .systems import SYSTEM_KINDS, Endpoint, SystemKind, SystemSpec, _systems, adapter_settings
 
 __all__ = ["RANGES", "SYSTEM_KINDS", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment", "ExperimentError",
            "JudgeSpec", "QuestionsSpec", "ReportSpec", "SystemKind", "SystemSpec", "adapter_settings",
            "prices_from_table"]
-
-
-@dataclass(frozen=True)
-class SystemKind:
-    """One kind of system: the adapter class in :mod:`fabnb.rag` (None: the reference system), and whether its
-    API gives back the retrieved context (the judge's rubrics without context are used where it does not)."""
-
-    adapter: str | None
-    exposes_context: bool
-
-
-#: Every system kind an experiment file may name: the file check, the plan, the run and the docs read this.
-SYSTEM_KINDS: dict[str, SystemKind] = {
-    "reference": SystemKind(None, True),
-    "anythingllm": SystemKind("AnythingLLM", True),
-    "ragflow": SystemKind("RAGFlow", True),
-    "maxkb": SystemKind("MaxKB", False),
-    "metaso": SystemKind("Metaso", True),
-    "http": SystemKind("HTTPAdapter", True),
-}
-
-
-def _retrievers() -> dict:
-    """:data:`fabnb.rag.retrievers.RETRIEVERS` (imported when a file is checked, not when fabnb is)."""
-    from ..rag.retrievers import RETRIEVERS
-
-    return RETRIEVERS
-
-
-def _check_retriever(name, where: str, text: str | None, label: str) -> str:
-    """A retriever the file may name and this machine can run, or an error with what to do."""
-    usable = [n for n, k in _retrievers().items() if k.in_files]
-    line = _line_of(text, "retriever")
-    if name not in usable:
-        hint = (" (dense needs an embed function: use it from Python, or \"minilm\" for the offline dense model)"
-                if name == "dense" else "")
-        raise ExperimentError(f"{where}: {label} retriever = {name!r}{line} cannot be used in a file{hint}; "
-                              f"allowed: {', '.join(usable)}.")
-    missing = _retrievers()[name].missing()
-    if missing:
-        raise ExperimentError(f"{where}: {label} retriever = {name!r}{line} is not installed here; install it with "
-                              f"{missing}, or choose one of {', '.join(n for n in usable if n != name)}.")
-    return name
-
-_ENDPOINT_KEYS = {"model": str, "base_url": str, "base_url_env": str, "api_key_env": str, "max_retries": int}
-_SCHEMA: dict[str, dict] = {
-    "": {"name": str, "output": str, "seed": int, "concurrency": int, "budget_usd": (int, float),
-         "questions": dict, "corpus": dict, "systems": list, "contexts": dict, "judge": dict, "prices": dict,
-         "report": dict},
-    "questions": {"source": str, "sample": (int, str), "stratify": list, "test_types": list},
-    "corpus": {"source": str, "chunk_size": int, "chunk_overlap": int},
-    "contexts": {"windows": (list, str), "modes": list, "output_k": (int, float, str), "n_snippets": int,
-                 "threshold": (int, float), "temperature": (int, float)},
-    "systems": {"name": str, "kind": str, "retriever": str, "settings": dict, "timeout": (int, float),
-                **_ENDPOINT_KEYS},
-    "judge": {"metrics": (list, str), "replicates": int, "logprobs": bool, "reference_check": bool,
-              "reason_chars": int, "max_answer_tokens": int, "concurrency": int, "temperature": (int, float),
-              "n_ctx": int, "workers": int, **_ENDPOINT_KEYS},
-    "prices": {"input": (int, float), "output": (int, float), "date": str, "source": str},
-    "report": {"compare_published": bool, "figures": list, "bootstrap": int, "seed": int},
-}
-
-
-class ExperimentError(FabnbError, ValueError):
-    """A problem with an experiment file or its output folder, found before any call is made."""
-
-
-def _names(kinds) -> str:
-    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
-    return " or ".join({int: "an integer", float: "a number", str: "a string", bool: "true/false",
-                        list: "a list", dict: "a table"}[k] for k in kinds)
-
-
-def _line_of(text: str | None, key: str) -> str:
-    """' (line N)' of the first line that sets ``key``, for error messages; '' when not found."""
-    if not text:
-        return ""
-    for n, line in enumerate(text.splitlines(), start=1):
-        if re.match(rf'\s*"?{re.escape(key)}"?\s*=', line) or re.search(rf'[{{,]\s*"?{re.escape(key)}"?\s*=', line):
-            return f" (line {n})"
-    return ""
-
-
-_FIGURE_FORMATS = ("png", "svg", "pdf")
-
-
-_finite = math.isfinite
-
-
-#: The allowed range of every numeric key, per table: (test, what is allowed). The file check applies it with the
-#: file, the line and the key; docs/experiment.md's "Ranges" table is this table (a test compares them).
-RANGES: dict[tuple[str, str], tuple] = {
-    ("", "concurrency"): (lambda v: v >= 1, ">= 1"),
-    ("", "budget_usd"): (lambda v: _finite(v) and v > 0, "> 0 and finite (dollars)"),
-    ("corpus", "chunk_size"): (lambda v: v >= 1, ">= 1 (tokens)"),
-    ("corpus", "chunk_overlap"): (lambda v: v >= 0, ">= 0 and < chunk_size (tokens)"),
-    ("contexts", "windows"): (lambda v: _finite(v) and v > 0, "> 0 and finite (K tokens), no duplicates"),
-    ("contexts", "output_k"): (lambda v: _finite(v) and v > 0, "> 0 and finite (K tokens), or \"schedule\""),
-    ("contexts", "n_snippets"): (lambda v: v >= 1, ">= 1"),
-    ("contexts", "threshold"): (_finite, "finite"),
-    ("contexts", "temperature"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite"),
-    ("systems", "timeout"): (lambda v: _finite(v) and v > 0, "> 0 and finite (seconds)"),
-    ("systems", "max_retries"): (lambda v: v >= 0, ">= 0"),
-    ("judge", "replicates"): (lambda v: v >= 1, ">= 1"),
-    ("judge", "reason_chars"): (lambda v: v >= 1, ">= 1 (characters)"),
-    ("judge", "max_answer_tokens"): (lambda v: v >= 1, ">= 1 (tokens)"),
-    ("judge", "concurrency"): (lambda v: v >= 1, ">= 1"),
-    ("judge", "temperature"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite"),
-    ("judge", "n_ctx"): (lambda v: v >= 512, ">= 512 (tokens)"),
-    ("judge", "max_retries"): (lambda v: v >= 0, ">= 0"),
-    ("judge", "workers"): (lambda v: 1 <= v <= 64, "1 to 64 (processes)"),
-    ("report", "bootstrap"): (lambda v: 100 <= v <= 100_000, "100 to 100,000 (bootstrap draws)"),
-    ("prices", "input"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite (dollars per million tokens)"),
-    ("prices", "output"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite (dollars per million tokens)"),
-}
-
-
-def _check_table(data: dict, section: str, where: str, text: str | None, label: str | None = None) -> None:
-    allowed = _SCHEMA[section]
-    label = label or (f"[{section}]" if section else "the top level")
-    for key, value in data.items():
-        if key not in allowed:
-            hint = (" Keys are never written in the file: name the environment variable that holds it with "
-                    "api_key_env." if key in ("api_key", "key", "token") else "")
-            raise ExperimentError(f"{where}: unknown key {key!r} at {label}{_line_of(text, key)}; allowed: "
-                                  f"{', '.join(sorted(allowed))}.{hint}")
-        kinds = allowed[key]
-        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in (kinds if isinstance(
-            kinds, tuple) else (kinds,)))
-        if not ok:
-            raise ExperimentError(f"{where}: {label} {key} = {value!r}{_line_of(text, key)} must be {_names(kinds)}.")
-        _check_range(section, key, value, where, text, label)
-
-
-def _check_range(section: str, key: str, value, where: str, text: str | None, label: str) -> None:
-    """Refuse a number outside :data:`RANGES` (each number of a list, for a list), naming the file, line and key."""
-    if (section, key) not in RANGES:
-        return
-    test, allowed = RANGES[(section, key)]
-    for v in value if isinstance(value, list) else [value]:
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and not test(v):
-            raise ExperimentError(f"{where}: {label} {key} = {value!r}{_line_of(text, key)} is out of range: it "
-                                  f"must be {allowed}.")
-
-
-def _no_duplicates(values, key: str, label: str, where: str, text: str | None) -> None:
-    seen = [v for i, v in enumerate(values) if v in values[:i]]
-    if seen:
-        raise ExperimentError(f"{where}: {label} {key} = {list(values)!r}{_line_of(text, key)} lists {seen[0]!r} "
-                              "twice; each cell would be stored twice. List each value once.")
-
-
-def _path(value: str, base: Path) -> str:
-    """A path of the file, relative to the file's folder."""
-    return str(Path(value) if Path(value).is_absolute() else Path(os.path.normpath(base / value)))
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """An OpenAI-compatible model endpoint, named by environment variables (or ``model = "embedded"``).
-
-    The key is read from ``api_key_env`` when the LLM is made, never stored here.
-
-    Examples
-    --------
-    >>> Endpoint("gpt-4o-mini", base_url="https://api.openai.com/v1").identity()
-    'https://api.openai.com/v1 gpt-4o-mini'
-    """
-
-    model: str
-    base_url: str | None = None
-    base_url_env: str | None = None
-    api_key_env: str | None = None
-    max_retries: int = 4
-
-    @classmethod
-    def from_table(cls, data: dict, where: str, label: str, need_model: bool = True) -> "Endpoint":
-        """The endpoint keys of a ``[[systems]]`` or ``[judge]`` table (checked by that table)."""
-        model = data.get("model")
-        if need_model and not model:
-            raise ExperimentError(f"{where}: {label} needs model = \"embedded\" (the embedded local model) or the "
-                                  "model name the endpoint serves, with base_url or base_url_env.")
-        ep = cls(model or "", data.get("base_url"), data.get("base_url_env"), data.get("api_key_env"),
-                 int(data.get("max_retries", 4)))
-        if model and not ep.embedded and not (ep.base_url or ep.base_url_env):
-            raise ExperimentError(f"{where}: {label} (model {model!r}) needs base_url or base_url_env (the name of "
-                                  "an environment variable holding the endpoint's URL).")
-        return ep
-
-    @property
-    def embedded(self) -> bool:
-        return self.model == "embedded"
-
-    def url(self) -> str | None:
-        if self.embedded:
-            return None
-        return os.environ.get(self.base_url_env) if self.base_url_env else self.base_url
-
-    def identity(self) -> str:
-        """What names this endpoint in a cell's signature: 'embedded' or the base URL and model."""
-        return "embedded" if self.embedded else f"{self.url()} {self.model}"
-
-    def missing_env(self) -> list[str]:
-        return [v for v in (self.base_url_env, self.api_key_env) if v and not os.environ.get(v)]
-
-    def llm(self, *, concurrency: int = 8, n_ctx: int = 8192, logprobs: bool = False, timeout: float = 120.0):
-        """The :class:`fabnb.llm.LLM` (the embedded model's shared server for ``"embedded"``)."""
-        from ..llm import LLM
-
-        if self.embedded:
-            from ..local import shared_server
-
-            return shared_server(logits_all=logprobs, n_ctx=n_ctx).llm()
-        key = os.environ.get(self.api_key_env) if self.api_key_env else None
-        return LLM(self.model, self.url(), key, concurrency=concurrency, timeout=timeout,
-                   max_retries=self.max_retries, schema_style=os.environ.get("FABNB_LLM_SCHEMA_STYLE", "openai"))
-
-
-def _adapter_class(kind: str):
-    from .. import rag
-
-    return getattr(rag, SYSTEM_KINDS[kind].adapter)
-
-
-_PROVIDED = {"self", "kwargs", "api_key", "base_url", "name", "url", "timeout", "kb"}  # from the table's own keys
-_ANNOTATION_TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool, "dict": dict, "list": list}
-
-
-def adapter_settings(kind: str) -> dict[str, tuple]:
-    """The ``settings`` keys of an adapter kind: name -> (types, required), read from the adapter's signature (and
-    :class:`fabnb.rag.HTTPAdapter`'s, whose keys every adapter accepts). The file check and the docs read this.
-
-    >>> sorted(n for n, (_, required) in adapter_settings("http").items() if required)
-    ['answer_path', 'request']
-    """
-    import inspect
-
-    from .. import rag
-
-    out: dict[str, tuple] = {}
-    for cls, own in ((rag.HTTPAdapter, kind == "http"), (_adapter_class(kind), True)):
-        for name, p in inspect.signature(cls.__init__).parameters.items():
-            if name in _PROVIDED or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
-                continue
-            annotation = str(p.annotation).replace(" | None", "")
-            out[name] = (_ANNOTATION_TYPES.get(annotation, object), own and p.default is inspect.Parameter.empty)
-    return dict(sorted(out.items()))
-
-
-def _check_settings(kind: str, settings: dict, where: str, text: str | None, label: str) -> None:
-    """An adapter's settings: known keys, the required ones present, each of its type."""
-    allowed = adapter_settings(kind)
-    unknown = set(settings) - set(allowed)
-    if unknown:
-        raise ExperimentError(f"{where}: {label} settings {sorted(unknown)} are not {kind} settings; "
-                              f"allowed: {', '.join(allowed)}.")
-    missing = [n for n, (_, required) in allowed.items() if required and n not in settings]
-    if missing:
-        raise ExperimentError(f"{where}: {label} ({kind}){_line_of(text, 'kind')} needs settings "
-                              + ", ".join(f"{n} ({_names(allowed[n][0])})" for n in missing)
-                              + f", e.g. settings = {{{missing[0]} = ...}}; docs/experiment.md lists each kind's.")
-    for name, value in settings.items():
-        kinds = allowed[name][0]
-        if kinds is not object and (not isinstance(value, kinds) or isinstance(value, bool) and kinds is not bool):
-            raise ExperimentError(f"{where}: {label} settings.{name} = {value!r}{_line_of(text, name)} must be "
-                                  f"{_names(kinds)}.")
-
-
-@dataclass(frozen=True)
-class SystemSpec:
-    """One system of the experiment (a ``[[systems]]`` table): the reference RAG over an endpoint, or a framework
-    adapter."""
-
-    name: str
-    kind: str
-    endpoint: Endpoint
-    retriever: str = "bm25"
-    settings: dict = field(default_factory=dict)
-    timeout: float = 120.0
-
-    @classmethod
-    def from_table(cls, s, where: str, text: str | None, index: int) -> "SystemSpec":
-        """The ``index``-th (0-based) ``[[systems]]`` table, checked."""
-        label = f"[[systems]] #{index + 1}" + (f" ({s.get('name')!r})" if isinstance(s, dict) and s.get("name")
-                                               else "")
-        if not isinstance(s, dict):
-            raise ExperimentError(f"{where}: {label} must be a table.")
-        _check_table(s, "systems", where, text, label)
-        if not s.get("name"):
-            raise ExperimentError(f"{where}: {label} needs a name (it labels the system in every store).")
-        kind = s.get("kind", "reference")
-        if kind not in SYSTEM_KINDS:
-            raise ExperimentError(f"{where}: {label} kind = {kind!r}{_line_of(text, 'kind')} is not a system "
-                                  f"kind; allowed: {', '.join(SYSTEM_KINDS)}.")
-        settings = s.get("settings", {})
-        if kind == "reference":
-            ep = Endpoint.from_table(s, where, label)
-            if settings:
-                raise ExperimentError(f"{where}: {label} is the reference system; settings are for adapters. "
-                                      "Use retriever and the [contexts] knobs.")
-            retriever = _check_retriever(s.get("retriever", "bm25"), where, text, label)
-        else:
-            ep = Endpoint.from_table(s, where, label, need_model=False)
-            if not (ep.base_url or ep.base_url_env) and kind != "metaso":
-                raise ExperimentError(f"{where}: {label} ({kind}) needs base_url or base_url_env.")
-            _check_settings(kind, settings, where, text, label)
-            retriever = ""
-        return cls(s["name"], kind, ep, retriever, dict(settings), float(s.get("timeout", 120)))
-
-    @property
-    def model(self) -> str:
-        """The model label the stores use: for the embedded model, the name its server serves it under (what the
-        answers record), so that the plan, the stores and the manifest name it alike."""
-        if self.kind == "reference" and self.endpoint.embedded:
-            from ..local import MODEL_ALIAS
-
-            return MODEL_ALIAS
-        return self.endpoint.model or self.settings.get("model") or self.kind
-
-    @property
-    def exposes_context(self) -> bool:
-        """Whether this system's answers come with the context it retrieved."""
-        return SYSTEM_KINDS[self.kind].exposes_context
-
-    def identity(self) -> str:
-        """What names this system's endpoint in the probes: the endpoint's, or the adapter's name and kind."""
-        return self.endpoint.identity() if self.kind == "reference" else f"{self.name} ({self.kind})"
-
-    def signature(self, chunking: dict, output_k) -> dict:
-        """What makes this system's answers what they are: a change here is refused on resume."""
-        sig = {"kind": self.kind, "endpoint": self.endpoint.identity(), "output_k": output_k}
-        if self.kind == "reference":
-            sig.update(retriever=self.retriever, chunking=chunking)
-        else:
-            sig.update(settings=dict(sorted(self.settings.items())))
-        return sig
-
-    def build(self, chunks: pd.DataFrame | None, concurrency: int = 8):
-        """The :class:`fabnb.rag.RAGSystem`; the reference system builds its retriever over ``chunks``."""
-        from .. import rag
-
-        if self.kind == "reference":
-            return rag.ReferenceRAG(chunks, self.endpoint.llm(concurrency=concurrency, timeout=self.timeout),
-                                    retriever=self.retriever, name=self.name)
-        key = os.environ.get(self.endpoint.api_key_env) if self.endpoint.api_key_env else None
-        url = self.endpoint.url()
-        settings = dict(self.settings)
-        if self.endpoint.model:
-            settings.setdefault("model", self.endpoint.model)
-        cls = _adapter_class(self.kind)
-        if self.kind == "http":
-            system = cls(self.name, url, api_key=key, timeout=self.timeout, **settings)
-        else:
-            system = cls(**({"base_url": url} if url else {}), api_key=key, timeout=self.timeout, **settings)
-        system.name = self.name
-        return system
 
 
 @dataclass(frozen=True)
@@ -697,8 +349,8 @@ class Experiment:
 
     # ------------------------------------------------------------ what it needs
     def models(self) -> list[str]:
-        """The priced models: each reference system's and the judge's."""
-        ms = [s.endpoint.model for s in self.systems if s.kind == "reference"] + [self.judge.model]
+        """The priced models: each reference or framework system's and the judge's."""
+        ms = [s.endpoint.model for s in self.systems if s.uses_endpoint] + [self.judge.model]
         return list(dict.fromkeys(ms))
 
     def check_environment(self) -> None:
@@ -744,19 +396,27 @@ class Experiment:
             frame = frame.drop(columns="_rank").sort_values("test_id")
         return frame.reset_index(drop=True)
 
-    def chunks(self) -> pd.DataFrame | None:
-        """The chunked corpus for reference systems (None when every system is an adapter)."""
+    def documents(self):
+        """The corpus (a :class:`fabnb.corpus.Corpus`) when a system retrieves from it (a reference system or a
+        framework); else None."""
+        if all(s.kind != "reference" and not SYSTEM_KINDS[s.kind].framework for s in self.systems):
+            return None
+        from ..corpus import load_corpus
+        from ..datasets import evidence_corpus, load_fab_bench
+
+        if self.corpus_source == "fab-bench-evidence":
+            return evidence_corpus(list(load_fab_bench()))
+        return load_corpus(self.corpus_source)
+
+    def chunks(self, documents: pd.DataFrame | None = None) -> pd.DataFrame | None:
+        """The chunked corpus for reference systems (None when no system is one)."""
         if all(s.kind != "reference" for s in self.systems):
             return None
         import warnings
 
-        from ..corpus import chunk_corpus, load_corpus
-        from ..datasets import evidence_corpus, load_fab_bench
+        from ..corpus import chunk_corpus
 
-        if self.corpus_source == "fab-bench-evidence":
-            corpus = evidence_corpus(list(load_fab_bench()))
-        else:
-            corpus = load_corpus(self.corpus_source)
+        corpus = self.documents() if documents is None else documents
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return chunk_corpus(corpus, size=self.chunk_size, overlap=self.chunk_overlap)
@@ -786,14 +446,3 @@ def _output(data: dict, where: str, base: Path, output, text: str | None = None)
         raise ExperimentError(f"{where}: output = {str(out)!r}{_line_of(text, 'output')} is a file, not a folder; "
                               "name a new or empty folder (the file is not touched).")
     return out
-
-
-def _systems(raw: list, where: str, text: str | None) -> tuple[SystemSpec, ...]:
-    if not raw:
-        raise ExperimentError(f"{where}: no [[systems]]; add at least one, e.g. [[systems]] name = \"local\", "
-                              "kind = \"reference\", model = \"embedded\".")
-    systems = tuple(SystemSpec.from_table(s, where, text, i) for i, s in enumerate(raw))
-    names = [s.name for s in systems]
-    if len(set(names)) != len(names):
-        raise ExperimentError(f"{where}: system names must differ; {names} repeats one.")
-    return systems

@@ -183,7 +183,7 @@ def tally(exp: Experiment, questions: pd.DataFrame, held: tuple | None = None) -
     rows = []
     for spec in exp.systems:
         a = answers[answers["system"] == spec.name]
-        priced_model = spec.endpoint.model if spec.kind == "reference" else ""
+        priced_model = spec.endpoint.model if spec.uses_endpoint else ""
         pt, ct = _num(a, "prompt_tokens"), _num(a, "completion_tokens")
         rows.append({"system": spec.name, "stage": "answers", "planned": n_q * n_c * n_m,
                      "ok": int((a["status"] == "ok").sum()), "failed": int((a["status"] != "ok").sum()),

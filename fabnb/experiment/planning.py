@@ -143,7 +143,7 @@ def probe_endpoints(exp: Experiment, built: dict) -> pd.DataFrame:
             continue
         seen.add(ident)
         try:
-            if spec is None or spec.kind == "reference":
+            if spec is None or spec.uses_endpoint:
                 row = _probe_llm(exp, ep, judge=spec is None)
             else:
                 row = _probe_adapter(exp, system)
@@ -302,17 +302,17 @@ def _mark_done(exp: Experiment, answers: pd.DataFrame, judged: pd.DataFrame) -> 
 def _answer_row(exp: Experiment, spec, answers: pd.DataFrame, speed: dict, max_call: dict) -> dict:
     a = answers[answers["system"] == spec.name]
     todo = a[~a["done"]]
-    model = spec.endpoint.model if spec.kind == "reference" else spec.model
-    price = price_of(model if spec.kind == "reference" else "", exp.prices)
+    model = spec.endpoint.model if spec.uses_endpoint else spec.model
+    price = price_of(model if spec.uses_endpoint else "", exp.prices)
     conc = 1 if spec.endpoint.embedded else exp.concurrency
     p_tok, c_tok = todo["prompt_tokens"].sum(), todo["completion_tokens"].sum()
-    if spec.kind == "reference":
+    if spec.uses_endpoint:
         max_call[("answers", spec.name)] = cost_of(model, exp.prices, a["prompt_tokens"].max() if len(a) else 0,
                                                    a["max_completion_tokens"].max() if len(a) else 0)
     return {"system": spec.name, "model": spec.model, "stage": "answers", "calls": len(a),
             "done": int(a["done"].sum()), "todo": len(todo), "prompt_tokens": int(p_tok),
             "completion_tokens": int(c_tok),
-            "cost_usd": cost_of(model, exp.prices, p_tok, c_tok) if spec.kind == "reference" else None,
+            "cost_usd": cost_of(model, exp.prices, p_tok, c_tok) if spec.uses_endpoint else None,
             "price": price_text(price), "seconds": _seconds(p_tok, c_tok, speed.get(spec.identity()), conc)}
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from .. import __version__
+from ..errors import FabnbError
 from ..judge.rubrics import RUBRIC_VERSION
 from ..records import cut_records, hold
 from .config import Experiment, ExperimentError
@@ -188,10 +189,20 @@ def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe
 
 def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo, moved: tuple) -> ExperimentRun:
     old = check_output(exp, moved)
-    cache: dict = {"questions": exp.questions(), "chunks": exp.chunks()}
+    documents = exp.documents()
+    cache: dict = {"questions": exp.questions(), "chunks": exp.chunks(documents)}
     questions = cache["questions"]
     # Building a system starts nothing but the embedded server; a dry run without probes starts nothing at all.
-    built = {s.name: s.build(cache["chunks"], exp.concurrency) for s in exp.systems} if (probe or not dry_run) else {}
+    chunking = {"chunk_size": exp.chunk_size, "chunk_overlap": exp.chunk_overlap}
+    built = ({s.name: s.build(cache["chunks"], exp.concurrency, documents, chunking) for s in exp.systems}
+             if (probe or not dry_run) else {})
+    if not dry_run:  # a framework's factory is called and its pipelines checked before any question is asked
+        for system in built.values():
+            if hasattr(system, "prepare"):
+                try:
+                    system.prepare(exp.configs())
+                except FabnbError as exc:
+                    raise ExperimentError(f"{exp.source}: {exc} Nothing was asked.") from None
     cache["built"] = built
     plan_ = plan(exp, probe=probe, _cache=cache)
     echo(plan_.render())

@@ -23,7 +23,8 @@ protocol, :class:`RAGSystem`: ``ask(question, config, gold_context=None) -> Answ
 
 The package, by subject: :mod:`~fabnb.rag.config` (RAGConfig, the output schedule,
 RAGError), :mod:`~fabnb.rag.retrievers`, :mod:`~fabnb.rag.system` (the protocol and
-ReferenceRAG), :mod:`~fabnb.rag.adapters` and :mod:`~fabnb.rag.grid` (run_grid). The
+ReferenceRAG), :mod:`~fabnb.rag.adapters`, :mod:`~fabnb.rag.frameworks` (LlamaIndex, LangChain and Haystack
+pipelines in process) and :mod:`~fabnb.rag.grid` (run_grid). The
 results store is :class:`fabnb.records.ResultsStore`, re-exported here.
 """
 
@@ -35,14 +36,17 @@ from ..schema import RESULT_COLUMNS, RESULT_KEYS
 from .adapters import AnythingLLM, HTTPAdapter, MaxKB, Metaso, RAGFlow, detect_context_use, get_path
 from .config import (ANYTHINGLLM_DEFAULTS, CONTEXT_INDICATORS, OUTPUT_SCHEDULE, PAPER_CONTEXTS, PROMPT_OVERHEAD,
                      SYSTEM_PROMPT, RAGConfig, RAGError, count_tokens, output_tokens, sweep, truncate_tokens)
+from .frameworks import FRAMEWORKS, QUESTION_TOKENS, Framework, FrameworkRAG, FrameworkSetup, load_factory
 from .grid import GridRun, ask_cell, mode_pairs, questions_frame, retrieval_table, run_grid
 from .retrievers import (HIT_COLUMNS, MINILM, RETRIEVERS, BM25Retriever, DenseRetriever, HybridRetriever,
-                         Retriever, RetrieverKind, TfidfRetriever, make_retriever, minilm_embedder, openai_embedder,
-                         pick_context, select_context)
-from .system import Answer, RAGSystem, ReferenceRAG, check_answer, check_budget, context_prompt
+                         Retriever, RetrieverKind, TfidfRetriever, make_retriever, minilm_embedder, minilm_path,
+                         openai_embedder, pick_context, select_context)
+from .system import Answer, RAGSystem, ReferenceRAG, answer_from_context, check_answer, check_budget, context_prompt
 # isort: on
 
 __all__ = ['ANYTHINGLLM_DEFAULTS', 'Answer', 'AnythingLLM', 'BM25Retriever', 'CONTEXT_INDICATORS', 'DenseRetriever',
+           'FRAMEWORKS', 'Framework', 'FrameworkRAG', 'FrameworkSetup', 'QUESTION_TOKENS', 'answer_from_context',
+           'load_factory', 'minilm_path',
            'GridRun', 'HIT_COLUMNS', 'HTTPAdapter', 'HybridRetriever', 'MINILM', 'MaxKB', 'Metaso', 'OUTPUT_SCHEDULE',
            'PAPER_CONTEXTS', 'PROMPT_OVERHEAD', 'RAGConfig', 'RAGError', 'RAGFlow', 'RAGSystem', 'RESULT_COLUMNS',
            'RESULT_KEYS', 'RETRIEVERS', 'ReferenceRAG', 'ResultsStore', 'Retriever', 'RetrieverKind', 'SYSTEM_PROMPT',

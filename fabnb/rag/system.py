@@ -14,7 +14,8 @@ from ..tokens import count_tokens, truncate_tokens
 from .config import PROMPT_OVERHEAD, SYSTEM_PROMPT, RAGConfig, RAGError
 from .retrievers import Retriever, make_retriever, pick_context
 
-__all__ = ['Answer', 'RAGSystem', 'ReferenceRAG', 'check_answer', 'check_budget', 'context_prompt']
+__all__ = ['Answer', 'RAGSystem', 'ReferenceRAG', 'answer_from_context', 'check_answer', 'check_budget',
+           'context_prompt']
 
 # ------------------------------------------------------------------ answers and the protocol
 
@@ -165,16 +166,29 @@ class ReferenceRAG:
             sources = [{"id": r["chunk_id"], "doc_id": r["doc_id"], "text": r["text"], "score": float(r["score"])}
                        for r in chosen]
         else:
-            q = check_budget(question, config)
-            context, _ = truncate_tokens(gold_context, config.input_budget - q - PROMPT_OVERHEAD)
-            sources = [{"id": "gold", "doc_id": "gold", "text": context, "score": 1.0}]
-            context_tokens = count_tokens(context)
-        start = time.perf_counter()
-        try:
-            # The answer check runs before the cache stores the reply: an empty answer is asked again on a rerun.
-            done = self.llm.complete(context_prompt(question, context), max_tokens=config.max_output_tokens,
-                                     temperature=config.temperature, validate=check_answer)
-        except LLMError as exc:
-            raise RAGError(str(exc), exc.cause) from None
-        return Answer(done.text, sources, done.latency_s or time.perf_counter() - start, done.prompt_tokens,
-                      done.completion_tokens, context_tokens)
+            return answer_from_context(self.llm, question, gold_context, config)
+        return _complete(self.llm, question, context, config, sources, context_tokens)
+
+
+def _complete(llm, question: str, context: str, config: RAGConfig, sources: list, context_tokens: int) -> Answer:
+    start = time.perf_counter()
+    try:
+        # The answer check runs before the cache stores the reply: an empty answer is asked again on a rerun.
+        done = llm.complete(context_prompt(question, context), max_tokens=config.max_output_tokens,
+                            temperature=config.temperature, validate=check_answer)
+    except LLMError as exc:
+        raise RAGError(str(exc), exc.cause) from None
+    return Answer(done.text, sources, done.latency_s or time.perf_counter() - start, done.prompt_tokens,
+                  done.completion_tokens, context_tokens)
+
+
+def answer_from_context(llm, question: str, gold_context: str, config: RAGConfig) -> Answer:
+    """Mode B: ``llm`` answers from the gold context, cut to the window's budget, with the reference prompt.
+
+    The one source is ``{"id": "gold", "doc_id": "gold"}``; every system kind that has an OpenAI-compatible
+    endpoint (the reference system, the in-process frameworks) answers mode B through this.
+    """
+    q = check_budget(question, config)
+    context, _ = truncate_tokens(gold_context, config.input_budget - q - PROMPT_OVERHEAD)
+    sources = [{"id": "gold", "doc_id": "gold", "text": context, "score": 1.0}]
+    return _complete(llm, question, context, config, sources, count_tokens(context))

@@ -1,0 +1,133 @@
+"""The experiment file's keys: which each table allows, of what type and range, and :class:`ExperimentError`.
+
+One table of keys (``_SCHEMA``) and one of ranges (:data:`RANGES`) that every spec's check reads, and the
+helpers that name the file, the line and the key in an error.
+
+Examples
+--------
+>>> _line_of('name = "demo"' + chr(10) + 'output = "out"', "output")
+' (line 2)'
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+
+from ..errors import FabnbError
+
+__all__ = ["RANGES", "ExperimentError"]
+
+_ENDPOINT_KEYS = {"model": str, "base_url": str, "base_url_env": str, "api_key_env": str, "max_retries": int}
+_SCHEMA: dict[str, dict] = {
+    "": {"name": str, "output": str, "seed": int, "concurrency": int, "budget_usd": (int, float),
+         "questions": dict, "corpus": dict, "systems": list, "contexts": dict, "judge": dict, "prices": dict,
+         "report": dict},
+    "questions": {"source": str, "sample": (int, str), "stratify": list, "test_types": list},
+    "corpus": {"source": str, "chunk_size": int, "chunk_overlap": int},
+    "contexts": {"windows": (list, str), "modes": list, "output_k": (int, float, str), "n_snippets": int,
+                 "threshold": (int, float), "temperature": (int, float)},
+    "systems": {"name": str, "kind": str, "retriever": str, "settings": dict, "timeout": (int, float),
+                **_ENDPOINT_KEYS},
+    "judge": {"metrics": (list, str), "replicates": int, "logprobs": bool, "reference_check": bool,
+              "reason_chars": int, "max_answer_tokens": int, "concurrency": int, "temperature": (int, float),
+              "n_ctx": int, "workers": int, **_ENDPOINT_KEYS},
+    "prices": {"input": (int, float), "output": (int, float), "date": str, "source": str},
+    "report": {"compare_published": bool, "figures": list, "bootstrap": int, "seed": int},
+}
+
+
+class ExperimentError(FabnbError, ValueError):
+    """A problem with an experiment file or its output folder, found before any call is made."""
+
+
+def _names(kinds) -> str:
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    return " or ".join({int: "an integer", float: "a number", str: "a string", bool: "true/false",
+                        list: "a list", dict: "a table"}[k] for k in kinds)
+
+
+def _line_of(text: str | None, key: str) -> str:
+    """' (line N)' of the first line that sets ``key``, for error messages; '' when not found."""
+    if not text:
+        return ""
+    for n, line in enumerate(text.splitlines(), start=1):
+        if re.match(rf'\s*"?{re.escape(key)}"?\s*=', line) or re.search(rf'[{{,]\s*"?{re.escape(key)}"?\s*=', line):
+            return f" (line {n})"
+    return ""
+
+
+_FIGURE_FORMATS = ("png", "svg", "pdf")
+
+
+_finite = math.isfinite
+
+
+#: The allowed range of every numeric key, per table: (test, what is allowed). The file check applies it with the
+#: file, the line and the key; docs/experiment.md's "Ranges" table is this table (a test compares them).
+RANGES: dict[tuple[str, str], tuple] = {
+    ("", "concurrency"): (lambda v: v >= 1, ">= 1"),
+    ("", "budget_usd"): (lambda v: _finite(v) and v > 0, "> 0 and finite (dollars)"),
+    ("corpus", "chunk_size"): (lambda v: v >= 1, ">= 1 (tokens)"),
+    ("corpus", "chunk_overlap"): (lambda v: v >= 0, ">= 0 and < chunk_size (tokens)"),
+    ("contexts", "windows"): (lambda v: _finite(v) and v > 0, "> 0 and finite (K tokens), no duplicates"),
+    ("contexts", "output_k"): (lambda v: _finite(v) and v > 0, "> 0 and finite (K tokens), or \"schedule\""),
+    ("contexts", "n_snippets"): (lambda v: v >= 1, ">= 1"),
+    ("contexts", "threshold"): (_finite, "finite"),
+    ("contexts", "temperature"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite"),
+    ("systems", "timeout"): (lambda v: _finite(v) and v > 0, "> 0 and finite (seconds)"),
+    ("systems", "max_retries"): (lambda v: v >= 0, ">= 0"),
+    ("judge", "replicates"): (lambda v: v >= 1, ">= 1"),
+    ("judge", "reason_chars"): (lambda v: v >= 1, ">= 1 (characters)"),
+    ("judge", "max_answer_tokens"): (lambda v: v >= 1, ">= 1 (tokens)"),
+    ("judge", "concurrency"): (lambda v: v >= 1, ">= 1"),
+    ("judge", "temperature"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite"),
+    ("judge", "n_ctx"): (lambda v: v >= 512, ">= 512 (tokens)"),
+    ("judge", "max_retries"): (lambda v: v >= 0, ">= 0"),
+    ("judge", "workers"): (lambda v: 1 <= v <= 64, "1 to 64 (processes)"),
+    ("report", "bootstrap"): (lambda v: 100 <= v <= 100_000, "100 to 100,000 (bootstrap draws)"),
+    ("prices", "input"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite (dollars per million tokens)"),
+    ("prices", "output"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite (dollars per million tokens)"),
+}
+
+
+def _check_table(data: dict, section: str, where: str, text: str | None, label: str | None = None) -> None:
+    allowed = _SCHEMA[section]
+    label = label or (f"[{section}]" if section else "the top level")
+    for key, value in data.items():
+        if key not in allowed:
+            hint = (" Keys are never written in the file: name the environment variable that holds it with "
+                    "api_key_env." if key in ("api_key", "key", "token") else "")
+            raise ExperimentError(f"{where}: unknown key {key!r} at {label}{_line_of(text, key)}; allowed: "
+                                  f"{', '.join(sorted(allowed))}.{hint}")
+        kinds = allowed[key]
+        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in (kinds if isinstance(
+            kinds, tuple) else (kinds,)))
+        if not ok:
+            raise ExperimentError(f"{where}: {label} {key} = {value!r}{_line_of(text, key)} must be {_names(kinds)}.")
+        _check_range(section, key, value, where, text, label)
+
+
+def _check_range(section: str, key: str, value, where: str, text: str | None, label: str) -> None:
+    """Refuse a number outside :data:`RANGES` (each number of a list, for a list), naming the file, line and key."""
+    if (section, key) not in RANGES:
+        return
+    test, allowed = RANGES[(section, key)]
+    for v in value if isinstance(value, list) else [value]:
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not test(v):
+            raise ExperimentError(f"{where}: {label} {key} = {value!r}{_line_of(text, key)} is out of range: it "
+                                  f"must be {allowed}.")
+
+
+def _no_duplicates(values, key: str, label: str, where: str, text: str | None) -> None:
+    seen = [v for i, v in enumerate(values) if v in values[:i]]
+    if seen:
+        raise ExperimentError(f"{where}: {label} {key} = {list(values)!r}{_line_of(text, key)} lists {seen[0]!r} "
+                              "twice; each cell would be stored twice. List each value once.")
+
+
+def _path(value: str, base: Path) -> str:
+    """A path of the file, relative to the file's folder."""
+    return str(Path(value) if Path(value).is_absolute() else Path(os.path.normpath(base / value)))
