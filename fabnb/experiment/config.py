@@ -399,7 +399,7 @@ class Experiment:
     def documents(self):
         """The corpus (a :class:`fabnb.corpus.Corpus`) when a system retrieves from it (a reference system or a
         framework); else None."""
-        if all(s.kind != "reference" and not SYSTEM_KINDS[s.kind].framework for s in self.systems):
+        if not any(s.uses_endpoint for s in self.systems):
             return None
         from ..corpus import load_corpus
         from ..datasets import evidence_corpus, load_fab_bench

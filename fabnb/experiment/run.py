@@ -197,10 +197,11 @@ def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo, move
     built = ({s.name: s.build(cache["chunks"], exp.concurrency, documents, chunking) for s in exp.systems}
              if (probe or not dry_run) else {})
     if not dry_run:  # a framework's factory is called and its pipelines checked before any question is asked
+        configs = exp.configs()
         for system in built.values():
             if hasattr(system, "prepare"):
                 try:
-                    system.prepare(exp.configs())
+                    system.prepare(configs)
                 except FabnbError as exc:
                     raise ExperimentError(f"{exp.source}: {exc} Nothing was asked.") from None
     cache["built"] = built

@@ -47,7 +47,6 @@ SYSTEM_KINDS: dict[str, SystemKind] = {
 FRAMEWORK_SETTINGS: dict[str, tuple] = {"factory": (str, False)}
 
 
-
 def _retrievers() -> dict:
     """:data:`fabnb.rag.retrievers.RETRIEVERS` (imported when a file is checked, not when fabnb is)."""
     from ..rag.retrievers import RETRIEVERS
@@ -69,6 +68,7 @@ def _check_retriever(name, where: str, text: str | None, label: str) -> str:
         raise ExperimentError(f"{where}: {label} retriever = {name!r}{line} is not installed here; install it with "
                               f"{missing}, or choose one of {', '.join(n for n in usable if n != name)}.")
     return name
+
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -118,6 +118,10 @@ class Endpoint:
     def missing_env(self) -> list[str]:
         return [v for v in (self.base_url_env, self.api_key_env) if v and not os.environ.get(v)]
 
+    def api_key(self) -> str | None:
+        """The key, read from ``api_key_env`` now (never stored)."""
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
     def llm(self, *, concurrency: int = 8, n_ctx: int = 8192, logprobs: bool = False, timeout: float = 120.0):
         """The :class:`fabnb.llm.LLM` (the embedded model's shared server for ``"embedded"``)."""
         from ..llm import LLM
@@ -126,8 +130,7 @@ class Endpoint:
             from ..local import shared_server
 
             return shared_server(logits_all=logprobs, n_ctx=n_ctx).llm()
-        key = os.environ.get(self.api_key_env) if self.api_key_env else None
-        return LLM(self.model, self.url(), key, concurrency=concurrency, timeout=timeout,
+        return LLM(self.model, self.url(), self.api_key(), concurrency=concurrency, timeout=timeout,
                    max_retries=self.max_retries, schema_style=os.environ.get("FABNB_LLM_SCHEMA_STYLE", "openai"))
 
 
@@ -259,10 +262,10 @@ class SystemSpec:
         sig = {"kind": self.kind, "endpoint": self.endpoint.identity(), "output_k": output_k}
         if self.kind == "reference":
             sig.update(retriever=self.retriever, chunking=chunking)
-        elif SYSTEM_KINDS[self.kind].framework:  # a default pipeline chunks the corpus as [corpus] says
-            sig.update(settings=dict(sorted(self.settings.items())), chunking=chunking)
         else:
             sig.update(settings=dict(sorted(self.settings.items())))
+            if SYSTEM_KINDS[self.kind].framework:  # a default pipeline chunks the corpus as [corpus] says
+                sig.update(chunking=chunking)
         return sig
 
     def build(self, chunks: pd.DataFrame | None, concurrency: int = 8, documents: pd.DataFrame | None = None,
@@ -277,7 +280,7 @@ class SystemSpec:
                                     retriever=self.retriever, name=self.name)
         if SYSTEM_KINDS[self.kind].framework:
             return self._framework(documents, chunking or {}, concurrency)
-        key = os.environ.get(self.endpoint.api_key_env) if self.endpoint.api_key_env else None
+        key = self.endpoint.api_key()
         url = self.endpoint.url()
         settings = dict(self.settings)
         if self.endpoint.model:
@@ -296,13 +299,9 @@ class SystemSpec:
 
         if documents is None:
             raise ExperimentError(f"{self.name} ({self.kind}): no corpus documents were given to build it from.")
-        llm = self.endpoint.llm(concurrency=concurrency, timeout=self.timeout)
-        if self.endpoint.embedded:
-            base_url = llm.base_url
-        else:
-            base_url = self.endpoint.url()
-        key = os.environ.get(self.endpoint.api_key_env) if self.endpoint.api_key_env else None
-        setup = FrameworkSetup(getattr(documents, "documents", documents), base_url, llm.model, key,
+        llm = self.endpoint.llm(concurrency=concurrency, timeout=self.timeout)  # the embedded server's URL, too
+        setup = FrameworkSetup(getattr(documents, "documents", documents), llm.base_url, llm.model,
+                               self.endpoint.api_key(),
                                chunk_size=int(chunking.get("chunk_size", 512)),
                                chunk_overlap=int(chunking.get("chunk_overlap", 128)), timeout=self.timeout)
         try:

@@ -467,10 +467,12 @@ class FrameworkRAG:
 
     def __init__(self, kind: str, setup: FrameworkSetup, llm, factory=None, name: str | None = None):
         self.kind, self.framework = kind, framework(kind)
-        self.factory_name = factory if isinstance(factory, str) else (
-            getattr(factory, "__qualname__", repr(factory)) if factory else f"{self.framework.label} default")
-        self.factory = load_factory(factory, kind) if isinstance(factory, str) else (factory or
-                                                                                    self.framework.default)
+        if isinstance(factory, str):
+            self.factory, self.factory_name = load_factory(factory, kind), factory
+        elif factory is not None:
+            self.factory, self.factory_name = factory, getattr(factory, "__qualname__", repr(factory))
+        else:
+            self.factory, self.factory_name = self.framework.default, f"{self.framework.label} default"
         self.setup, self.llm, self.model = setup, llm, llm.model
         self.name = name or kind
         self._pipelines: dict = {}
@@ -514,8 +516,7 @@ class FrameworkRAG:
     def ask(self, question: str, config: RAGConfig, gold_context: str | None = None) -> Answer:
         if gold_context is not None:
             return answer_from_context(self.llm, question, gold_context, config)
-        check_budget(question, config)
-        if count_tokens(question) > QUESTION_TOKENS:
+        if check_budget(question, config) > QUESTION_TOKENS:
             raise RAGError(f"the question has more than the {QUESTION_TOKENS} tokens a framework pipeline keeps "
                            "for it; shorten it or ask it through the reference system.", "over-budget")
         pipeline = self.pipeline(config)
