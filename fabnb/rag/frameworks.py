@@ -188,10 +188,11 @@ def _index(kind: str, setup: FrameworkSetup, build: Callable):
 
 
 def _records(setup: FrameworkSetup) -> list[tuple[str, str, dict]]:
-    """(doc_id, text, metadata) per document of the corpus."""
-    meta_cols = [c for c in ("title", "path", "source") if c in setup.documents.columns]
-    return [(str(r["doc_id"]), str(r["text"]), {"doc_id": str(r["doc_id"]), **{c: str(r[c]) for c in meta_cols}})
-            for r in setup.documents.to_dict("records")]
+    """(doc_id, text, metadata) per document of the corpus. The metadata is the ``doc_id`` alone: LlamaIndex's
+    splitter takes a node's metadata out of its chunk size, and a title and a path made its chunks under 50 tokens
+    at ``chunk_size = 128`` (three times the nodes to embed)."""
+    return [(str(r["doc_id"]), str(r["text"]), {"doc_id": str(r["doc_id"])})
+            for r in setup.documents[["doc_id", "text"]].to_dict("records")]
 
 
 _CLASSES: dict = {}
