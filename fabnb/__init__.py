@@ -17,12 +17,33 @@ __version__ = "0.1.0"
 _SUBMODULES = ("schema", "published", "datasets", "corpus", "terms", "vectors", "synthesis", "passages", "llm", "local",
                "generation", "testcases", "documents", "curation", "access", "rating", "rag", "judge", "experiment",
                "explorer", "study", "records", "widgets", "scores", "analysis", "intervals", "plots", "claims",
-               "report", "cli", "doctor", "errors", "stats", "paths", "process", "pages", "text", "tokens")
+               "report", "cli", "doctor", "errors", "stats", "paths", "process", "pages", "text", "tokens",
+               "jupyter")
 
 
 from .errors import CausedError, FabnbError  # noqa: E402 - light: no third-party import
 
 __all__ = ["CausedError", "FabnbError", "__version__", *_SUBMODULES]
+
+
+def _jupyter_server_extension_points() -> list[dict]:
+    # Jupyter finds the server extension here (jupyter_server_config.d/fabnb.json enables "fabnb").
+    from .jupyter import server_extension_points
+
+    return server_extension_points()
+
+
+def _jupyter_labextension_paths() -> list[dict]:
+    from .jupyter import labextension_paths
+
+    return labextension_paths()
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext fabnb``: the ``%fabnb`` magics (:mod:`fabnb.jupyter.magics`)."""
+    from .jupyter.magics import load_ipython_extension as load
+
+    load(ipython)
 
 
 def __getattr__(name: str):

@@ -55,15 +55,21 @@ def _reproduce(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from .errors import FabnbError
     from .experiment import Experiment, run_experiment
+    from .process import stop_on_signals
 
     start = time.perf_counter()
     try:
         exp = Experiment.from_file(args.file, output=args.out)
-        run = run_experiment(exp, dry_run=args.dry_run, probe=not args.no_probe, progress=not args.no_progress,
-                             endpoint_moved=args.endpoint_moved or ())
+        with stop_on_signals():  # SIGTERM (JupyterLab's Stop, or JupyterLab ending) stops it as Ctrl-C does
+            run = run_experiment(exp, dry_run=args.dry_run, probe=not args.no_probe, progress=not args.no_progress,
+                                 endpoint_moved=args.endpoint_moved or ())
     except FabnbError as exc:
         print(f"fabnb run: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        print(f"fabnb run: stopped ({exc or 'Ctrl-C'}); what was answered is kept: run it again to resume.",
+              file=sys.stderr)
+        return 130
     print(f"({time.perf_counter() - start:.1f} s)")
     return 0 if run.status in ("finished", "dry-run") else 3
 

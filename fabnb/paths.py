@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["cache_dir", "llm_cache_path"]
+__all__ = ["cache_dir", "llm_cache_path", "shipped"]
 
 
 def cache_dir() -> Path:
@@ -31,3 +31,23 @@ def cache_dir() -> Path:
 def llm_cache_path() -> Path:
     """The LLM response cache: ``cache_dir() / "llm.sqlite"``."""
     return cache_dir() / "llm.sqlite"
+
+
+def shipped(folder: str, name: str) -> str:
+    """The text of a file the wheel ships from the repository's top-level ``folder`` (``widgets``, ``examples``).
+
+    The wheel maps ``<folder>/`` to ``fabnb/_<folder>/``; an editable install does not, so the source tree is
+    the fallback.
+
+    Examples
+    --------
+    >>> "[judge]" in shipped("examples", "offline.toml")
+    True
+    """
+    here = Path(__file__).resolve().parent
+    for where in (here / f"_{folder}", here.parent / folder):
+        if (where / name).exists():
+            return (where / name).read_text(encoding="utf-8")
+    raise FileNotFoundError(f"{folder}/{name} is missing from {here / ('_' + folder)} and {here.parent / folder}; "
+                            "reinstall fabnb.")
+

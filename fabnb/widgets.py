@@ -36,13 +36,9 @@ __all__ = ['CorpusInspector', 'QACurator', 'RatingAppView', 'RatingPanel', 'Resu
 
 
 def _asset(name: str) -> str:
-    # The wheel ships widgets/ as fabnb/_widgets; an editable install does not, so fall back to the source tree.
-    here = Path(__file__).resolve().parent
-    for folder in (here / "_widgets", here.parent / "widgets"):
-        if (folder / name).exists():
-            return (folder / name).read_text(encoding="utf-8")
-    raise FileNotFoundError(f"widget asset {name} is missing from {here / '_widgets'} and {here.parent / 'widgets'}; "
-                            "reinstall fabnb.")
+    from .paths import shipped
+
+    return shipped("widgets", name)
 
 
 def _jsonable(value):

@@ -516,6 +516,7 @@ def test_rating_app_through_voila_inside_jupyterlab(tmp_path, fab_bench_dir):
 def test_fabnb_explore_serves_a_run_folder_as_a_page_of_its_own(tmp_path, monkeypatch):
     """``fabnb explore DIR``: the results explorer without JupyterLab, over a folder ``fabnb run`` wrote."""
     from playwright.sync_api import sync_playwright
+
     from test_experiment import run_on_stub
 
     run = run_on_stub(tmp_path, monkeypatch, sample=2)

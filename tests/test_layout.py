@@ -20,7 +20,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "fabnb"
-EXPERIMENT_ORDER = ["prices", "fields", "systems", "config", "output", "planning", "report", "run"]
+EXPERIMENT_ORDER = ["prices", "fields", "systems", "config", "output", "progress", "planning", "report",
+                    "run"]
 
 
 def _table(text: str, start: str, end: str) -> list[tuple[str, list[str]]]:

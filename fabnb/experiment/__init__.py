@@ -17,6 +17,7 @@ The subjects, one module each:
 - :mod:`~fabnb.experiment.prices`: the price table as data, and costs;
 - :mod:`~fabnb.experiment.planning`: the plan (:func:`plan`, :class:`Plan`);
 - :mod:`~fabnb.experiment.output`: the folder, its manifest, the resume check, tallies;
+- :mod:`~fabnb.experiment.progress`: a run's live state (its marker, ``progress.json``, :func:`run_status`);
 - :mod:`~fabnb.experiment.run`: the run, one function per stage (:func:`run_experiment`);
 - :mod:`~fabnb.experiment.report`: ``summary.md`` and ``report/``.
 
@@ -63,12 +64,14 @@ from .output import (
 )
 from .planning import PLAN_COLUMNS, PROBE_COLUMNS, Plan, plan, probe_endpoints
 from .prices import PRICES, cost_of, price_of, price_text
+from .progress import MARKER, PROGRESS, RUN_STATES, ProgressFile, find_runs, read_progress, run_status, write_marker
 from .report import COVERAGE_COLUMNS, FEW_QUESTIONS, caveats, coverage, write_report
 from .run import ExperimentRun, run_experiment
 
-__all__ = ["COVERAGE_COLUMNS", "FAILURE_COLUMNS", "FEW_QUESTIONS", "PLAN_COLUMNS", "PRICES", "PROBE_COLUMNS", "RANGES",
-           "SYSTEM_KINDS", "TALLY_COLUMNS", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment", "ExperimentError",
-           "ExperimentRun", "JudgeSpec", "Plan", "QuestionsSpec", "ReportSpec", "SystemKind", "SystemSpec",
-           "adapter_settings", "caveats", "check_output", "cost_of", "coverage", "failures", "plan", "price_of",
-           "price_text", "prices_from_table", "probe_endpoints", "read_manifest", "run_experiment", "spent", "stored",
-           "stores", "tally", "write_manifest", "write_report"]
+__all__ = ["COVERAGE_COLUMNS", "FAILURE_COLUMNS", "FEW_QUESTIONS", "MARKER", "PLAN_COLUMNS", "PRICES", "PROBE_COLUMNS",
+           "PROGRESS", "RANGES", "RUN_STATES", "SYSTEM_KINDS", "TALLY_COLUMNS", "ContextsSpec", "CorpusSpec",
+           "Endpoint", "Experiment", "ExperimentError", "ExperimentRun", "JudgeSpec", "Plan", "ProgressFile",
+           "QuestionsSpec", "ReportSpec", "SystemKind", "SystemSpec", "adapter_settings", "caveats", "check_output",
+           "cost_of", "coverage", "failures", "find_runs", "plan", "price_of", "price_text", "prices_from_table",
+           "probe_endpoints", "read_manifest", "read_progress", "run_experiment", "run_status", "spent", "stored",
+           "stores", "tally", "write_manifest", "write_marker", "write_report"]

@@ -99,7 +99,8 @@ def check_output(exp: Experiment, moved=()) -> dict | None:
     out = exp.output
     manifest = read_manifest(out) if out.exists() else None
     if manifest is None:
-        if out.exists() and any(p.name != ".fabnb.lock" for p in out.iterdir()):
+        # The lock, and the marker and log a run started from JupyterLab writes before its manifest, are a run's own.
+        if out.exists() and any(p.name not in (".fabnb.lock", "run.fabnb", "run.log") for p in out.iterdir()):
             raise ExperimentError(f"the output folder {out} holds files but no fabnb manifest.json; choose an empty "
                                   "or new folder (nothing there is touched).")
         return None

@@ -34,6 +34,7 @@ from .output import (
     write_manifest,
 )
 from .planning import Plan, plan
+from .progress import ProgressFile, write_marker
 from .report import _write_report
 
 __all__ = ["ExperimentRun", "run_experiment"]
@@ -224,6 +225,7 @@ def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo, move
         manifest["runs"][-1]["endpoint_moved"] = {n: {"from": _endpoint_of(before, n), "to": _endpoint_of(after, n)}
                                                   for n in moved}
     write_manifest(out, manifest)
+    write_marker(out, exp.name, exp.source)
 
     def save(status: str, held: tuple | None = None) -> pd.DataFrame:
         t = tally(exp, questions, held)
@@ -233,25 +235,29 @@ def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo, move
         write_manifest(out, manifest)
         return t
 
-    bar = None
+    shown = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=int(plan_.table["todo"].sum()), desc="answers", unit="call")
+        shown = tqdm(total=int(plan_.table["todo"].sum()), desc="answers", unit="call")
+    # The bar goes through progress.json, which JupyterLab's runs sidebar reads while the stages run.
+    bar = ProgressFile(out, shown, total=int(plan_.table["todo"].sum()), desc="answers")
     try:
         finished = _answer_stage(exp, [built[s.name] for s in exp.systems], questions, plan_, bar)
         save("running")
         if finished:
             finished = _judge_stage(exp, questions, plan_, bar)
-        if bar is not None:
-            bar.close()
+        bar.close("reporting")
         status = "finished" if finished else "stopped-by-budget"
         held = stored(exp, questions)  # read once for the report, the manifest and the summary
         save("reporting", held)
         report, wrote_analyses = _write_report(exp, questions, held)
         t = save(status, held)
     except BaseException as exc:  # a full disk, a bug, Ctrl-C: the manifest says so, never "running" for ever
-        manifest["runs"][-1].update(ended=now(), status="failed", cause=f"{type(exc).__name__}: {exc}"[:500])
+        # Ctrl-C, the kernel's stop button, SIGTERM from fabnb's JupyterLab extension: a stop a rerun resumes.
+        status = "stopped" if isinstance(exc, KeyboardInterrupt) else "failed"
+        manifest["runs"][-1].update(ended=now(), status=status, cause=f"{type(exc).__name__}: {exc}"[:500])
+        bar.close(status)
         _record_failure(out, manifest, echo)
         raise
     failed = failures(exp, questions, held)

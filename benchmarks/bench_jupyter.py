@@ -1,0 +1,156 @@
+"""fabnb inside JupyterLab, measured in chromium against the real server extension.
+
+Figures (median of 5 unless said):
+
+- the results viewer opening the paper-scale run (bench_explorer's stores: 8,800 answers with their sources,
+  52,800 scores): from the double-click's command to the first page of rows drawn, a cold server (the first
+  open builds the explorer) and a warm one (a second tab);
+- a filter's round trip (a select changed in the viewer, the request, the server's explorer, the rows drawn);
+- the runs sidebar's status call (``GET /fabnb/api/runs``) with 20 runs under the root, over HTTP;
+- what the server extension adds to a Jupyter server's start (to its first answer of ``/api/status``), with and
+  without fabnb enabled, median of 5 starts each.
+
+Usage: python benchmarks/bench_jupyter.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_explorer import write_stores  # noqa: E402
+
+from fabnb.experiment.progress import write_marker  # noqa: E402
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(root: Path, app: str = "lab", fabnb: bool = True) -> tuple[subprocess.Popen, str, float]:
+    """A Jupyter server over ``root``: the process, its base URL, and seconds to its first /api/status."""
+    port, token = free_port(), "bench"
+    args = [sys.executable, "-m", "jupyter", app, "--no-browser", "--allow-root", f"--ServerApp.port={port}",
+            "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}"]
+    if app == "lab":
+        args += ["--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None"]
+    if not fabnb:
+        args.append("--ServerApp.jpserver_extensions=fabnb=False")
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": tempfile.mkdtemp()}
+    start = time.perf_counter()
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=1)
+            return proc, f"http://127.0.0.1:{port}", time.perf_counter() - start
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError("the Jupyter server did not start") from None
+            time.sleep(0.02)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(30)
+
+
+def twenty_runs(root: Path) -> None:
+    for i in range(20):
+        out = root / "runs" / f"run{i:02d}"
+        out.mkdir(parents=True)
+        write_marker(out, f"run{i}", "experiment.toml")
+        (out / "manifest.json").write_text(json.dumps({"name": f"run{i}", "runs": [{"status": "finished"}],
+                                                       "stages": [{"stage": "answers", "planned": 8800,
+                                                                   "ok": 8800, "failed": 0}]}))
+
+
+def main() -> None:
+    root = Path(tempfile.mkdtemp(prefix="fabnb-bench-jupyter-"))
+    paper = root / "paper"
+    write_stores(paper)
+    write_marker(paper, "paper-scale", "paper.toml")
+    twenty_runs(root)
+    size = sum(p.stat().st_size for p in paper.glob("*.jsonl")) / 1e6
+
+    with_fabnb = [start_server(root, "server")[::2] for _ in range(5)]
+    for proc, _ in with_fabnb:
+        stop(proc)
+    without = [start_server(root, "server", fabnb=False)[::2] for _ in range(5)]
+    for proc, _ in without:
+        stop(proc)
+    start_with = statistics.median(s for _, s in with_fabnb)
+    start_without = statistics.median(s for _, s in without)
+
+    from playwright.sync_api import sync_playwright
+
+    proc, base, _ = start_server(root)
+    try:
+        status = []
+        for _ in range(21):
+            t = time.perf_counter()
+            body = urllib.request.urlopen(urllib.request.Request(f"{base}/fabnb/api/runs",
+                                                                 headers={"Authorization": "token bench"})).read()
+            status.append(time.perf_counter() - t)
+        assert len(json.loads(body)) == 21
+        status = status[1:]
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(f"{base}/lab?reset&token=bench")
+            page.wait_for_selector(".jp-Launcher", timeout=120_000)
+            opens = []
+            for i in range(6):  # the first builds the server's explorer (cold), the others reuse it
+                page.evaluate("() => window.jupyterapp.commands.execute('application:close-all')")
+                page.wait_for_function("!document.querySelector('.fabnb-viewer')", timeout=30_000)
+                t = time.perf_counter()
+                page.evaluate("() => { window.jupyterapp.commands.execute('docmanager:open', {path: "
+                              "'paper/run.fabnb', factory: 'FAB-Bench results'}); }")
+                page.wait_for_function("document.querySelectorAll('.fabnb-viewer .fabnb-rows tbody tr').length === 50",
+                                       timeout=120_000)
+                opens.append(time.perf_counter() - t)
+            viewer = page.locator(".fabnb-viewer").first
+            trips = []
+            for i, mode in enumerate(["system-1", "system-2", "system-3", "system-0", "system-1", "system-2"]):
+                t = time.perf_counter()
+                viewer.locator("select[name='system']").select_option(mode)
+                page.wait_for_function(f"document.querySelector('.fabnb-viewer .fabnb-rows tbody tr td:nth-child(2)')"
+                                       f"?.textContent === '{mode}'", timeout=60_000)
+                trips.append(time.perf_counter() - t)
+            browser.close()
+    finally:
+        stop(proc)
+
+    cpu = platform.processor() or platform.machine()
+    print(f"machine: {os.cpu_count()} cores, {cpu}, Python {platform.python_version()}")
+    print(f"paper-scale run: {size:.0f} MB of stores (8,800 answers with sources, 52,800 scores)")
+    print(f"results viewer opens it (double-click to 50 rows drawn): cold {opens[0]:.2f} s, "
+          f"warm median {statistics.median(opens[1:]) * 1000:.0f} ms")
+    print(f"filter round trip (browser, server, rows drawn): median {statistics.median(trips[1:]) * 1000:.0f} ms, "
+          f"worst {max(trips[1:]) * 1000:.0f} ms")
+    print(f"runs sidebar status call, 21 runs under the root: median {statistics.median(status) * 1000:.1f} ms, "
+          f"worst {max(status) * 1000:.1f} ms")
+    print(f"Jupyter server start to /api/status: {start_with:.2f} s with fabnb, {start_without:.2f} s without "
+          f"(+{(start_with - start_without) * 1000:.0f} ms)")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

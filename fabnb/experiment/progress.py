@@ -1,0 +1,258 @@
+"""A run's live state: the marker of a run's folder, the progress file the runner rewrites, and a run's status.
+
+The manifest is written at the start and at the end of each stage; between them ``progress.json`` says where
+a run is (its stage, done of total, the rate and the ETA), rewritten at most once a second by
+:class:`ProgressFile`, which the runner's progress bar goes through. :data:`MARKER` (``run.fabnb``) marks a
+folder as an experiment's run: JupyterLab's runs sidebar finds runs by it (:func:`find_runs`) and opens it,
+by double-click, in the results viewer. :func:`run_status` reads the marker, the manifest and the progress
+file (never a store) and says what a run is doing. "In flight" comes from the run's lock on its folder
+(:func:`fabnb.records.held_by`): a killed run, whose manifest still says ``running``, reads ``interrupted``.
+
+Examples
+--------
+>>> import tempfile
+>>> from pathlib import Path
+>>> out = Path(tempfile.mkdtemp())
+>>> bar = ProgressFile(out, total=4, desc="answers", clock=iter([0.0, 0.0, 2.0, 2.0]).__next__)
+>>> bar.update(2)  # two calls in 2 s: a rate of 1 a second, two left
+>>> read_progress(out)["eta_s"]
+2.0
+>>> run_status(out)["state"]  # no marker, no manifest: not a run's folder yet
+'new'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from ..records import held_by
+from .output import now
+
+__all__ = ["MARKER", "PROGRESS", "RUN_STATES", "ProgressFile", "find_runs", "read_progress", "run_status",
+           "write_marker"]
+
+#: The file that marks a folder as an experiment's run (JSON: its name, experiment file and fabnb version).
+MARKER = "run.fabnb"
+#: The runner's progress file, rewritten at a bounded rate while a stage runs.
+PROGRESS = "progress.json"
+#: What :func:`run_status` can say of a run.
+RUN_STATES = ("new", "running", "interrupted", "finished", "stopped", "stopped-by-budget", "failed",
+              "unreadable")
+_SKIP = {"node_modules", "site-packages", "__pycache__"}
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Whole or not at all: a reader never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, default=str, allow_nan=False), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_marker(out: Path, name: str, experiment_file: str) -> Path:
+    """Write ``run.fabnb`` into a run's folder (again at every run: it names the experiment that last ran)."""
+    from .. import __version__
+
+    path = Path(out) / MARKER
+    _write_json(path, {"fabnb_run": 1, "name": name, "experiment_file": experiment_file, "fabnb": __version__})
+    return path
+
+
+class ProgressFile:
+    """A progress bar's stand-in that also rewrites ``progress.json``, at most once every ``every`` seconds.
+
+    It takes tqdm's calls (``update``, ``set_description``, ``total``, ``n``, ``refresh``, ``close``), passes
+    them on to ``bar`` when there is one, and writes the stage, done, total, the rate since the stage began
+    and the ETA. A new description (the judge stage after the answers) restarts the rate.
+
+    Parameters
+    ----------
+    out : Path
+        The run's folder.
+    bar : tqdm, optional
+        The bar shown to the user (``fabnb run``'s), or None.
+    total : int
+    desc : str
+        The stage: ``answers`` or ``judge``.
+    every : float
+        Seconds between two writes (a stage's start, its end and ``close`` always write).
+    clock : callable
+        Seconds, monotonic (a test passes its own).
+    """
+
+    def __init__(self, out: Path, bar=None, total: int = 0, desc: str = "answers", every: float = 1.0,
+                 clock=time.monotonic):
+        self.path = Path(out) / PROGRESS
+        self.bar, self.every, self.clock = bar, every, clock
+        self._n, self._total, self.desc = 0, int(total), desc
+        self._start = self._last = self.clock()
+        self._n0 = 0
+        self._write()
+
+    @property
+    def n(self) -> int:
+        return self.bar.n if self.bar is not None else self._n
+
+    @property
+    def total(self) -> int:
+        return self.bar.total if self.bar is not None else self._total
+
+    @total.setter
+    def total(self, value: int) -> None:
+        self._total = int(value)
+        if self.bar is not None:
+            self.bar.total = value
+
+    def update(self, n: int = 1) -> None:
+        self._n += n
+        if self.bar is not None:
+            self.bar.update(n)
+        if self.clock() - self._last >= self.every:
+            self._write()
+
+    def set_description(self, desc: str) -> None:
+        self.desc = desc
+        self._start, self._n0 = self.clock(), self.n
+        if self.bar is not None:
+            self.bar.set_description(desc)
+        self._write()
+
+    def refresh(self) -> None:
+        if self.bar is not None:
+            self.bar.refresh()
+        self._write()
+
+    def close(self, state: str = "closed") -> None:
+        if self.bar is not None:
+            self.bar.close()
+        self._write(state)
+
+    def _write(self, state: str = "running") -> None:
+        t = self.clock()
+        self._last = t
+        done, total = int(self.n), int(self.total or 0)
+        elapsed = t - self._start
+        rate = (done - self._n0) / elapsed if elapsed > 0 and done > self._n0 else None
+        eta = round((total - done) / rate, 1) if rate and total >= done else None
+        try:
+            _write_json(self.path, {"state": state, "stage": self.desc, "done": done, "total": total,
+                                    "rate_per_s": None if rate is None else round(rate, 3), "eta_s": eta,
+                                    "updated": now()})
+        except OSError:
+            pass  # a full disk: the stores say so when they fail; the progress file is only for watchers
+
+
+def _read_json(path: Path) -> tuple[dict | None, str | None]:
+    """A JSON file's object, or None with the problem (None, None when it does not exist)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as exc:
+        return None, f"{path} is not readable JSON ({exc})"
+    if not isinstance(data, dict):
+        return None, f"{path} holds {type(data).__name__}, not a JSON object"
+    return data, None
+
+
+def read_progress(out: Path) -> dict | None:
+    """The folder's ``progress.json`` (None when there is none or it cannot be read)."""
+    return _read_json(Path(out) / PROGRESS)[0]
+
+
+def _stage_rows(manifest: dict, progress: dict | None, in_flight: bool) -> list[dict]:
+    """One row per stage (answers, judge): planned, ok, failed, and its state (planned, done, failed, in flight)."""
+    stages: dict[str, dict] = {}
+    for row in manifest.get("stages") or []:
+        s = stages.setdefault(str(row.get("stage")), {"stage": str(row.get("stage")), "planned": 0, "ok": 0,
+                                                      "failed": 0, "cost_usd": 0.0})
+        for k in ("planned", "ok", "failed"):
+            s[k] += int(row.get(k) or 0)
+        s["cost_usd"] += float(row.get("cost_usd") or 0.0)
+    if not stages:  # a run's first stage: the plan says what is planned
+        for row in manifest.get("planned") or []:
+            s = stages.setdefault(str(row.get("stage")), {"stage": str(row.get("stage")), "planned": 0, "ok": 0,
+                                                          "failed": 0, "cost_usd": 0.0})
+            s["planned"] += int(row.get("calls") or 0)
+            s["ok"] += int(row.get("done") or 0)
+    live = progress.get("stage") if in_flight and progress else None
+    for s in stages.values():
+        if s["stage"] == live:
+            s["state"] = "in flight"
+        elif s["planned"] and s["ok"] >= s["planned"]:
+            s["state"] = "done"
+        elif s["failed"]:
+            s["state"] = "failed"
+        else:
+            s["state"] = "planned"
+        s["cost_usd"] = round(s["cost_usd"], 6)
+    return [stages[k] for k in sorted(stages, key=lambda k: (k != "answers", k))]
+
+
+def run_status(folder: str | Path, root: str | Path | None = None) -> dict:
+    """What a run's folder says of its run, from its marker, manifest, progress file and lock (never a store).
+
+    Returns
+    -------
+    dict
+        path (relative to ``root`` when given), name, state (one of :data:`RUN_STATES`), holder (the lock's
+        holder, or None), stages (stage, planned, ok, failed, cost_usd, state), progress (the progress file
+        while in flight, else None), spent_usd, started, ended, cause (a failed run's), problem (a file that
+        cannot be read, and what to do), experiment_file.
+    """
+    folder = Path(folder)
+    marker, problem = _read_json(folder / MARKER)
+    manifest, manifest_problem = _read_json(folder / "manifest.json")
+    problem = problem or manifest_problem
+    holder = held_by(folder) if folder.is_dir() else None
+    rel = os.path.relpath(folder, root) if root is not None else str(folder)
+    out = {"path": rel, "name": (marker or manifest or {}).get("name") or folder.name, "holder": holder,
+           "stages": [], "progress": None, "spent_usd": None, "started": None, "ended": None, "cause": None,
+           "problem": None, "experiment_file": (marker or manifest or {}).get("experiment_file")}
+    if problem:
+        out.update(state="running" if holder else "unreadable",
+                   problem=f"{problem}: restore it from a copy, or run the experiment again into a new folder.")
+        return out
+    if manifest is None:
+        out["state"] = "running" if holder else "new"
+        return out
+    runs = manifest.get("runs") or [{}]
+    last = runs[-1] if isinstance(runs[-1], dict) else {}
+    status = str(last.get("status") or "new")
+    if holder:
+        state = "running"
+    elif status in ("running", "reporting"):
+        state = "interrupted"  # its manifest says running, yet nobody holds its folder: it was killed
+    else:
+        state = status if status in RUN_STATES else "failed"
+    progress = read_progress(folder) if holder else None
+    out.update(state=state, stages=_stage_rows(manifest, progress, bool(holder)), progress=progress,
+               spent_usd=manifest.get("spent_usd"), started=last.get("started"), ended=last.get("ended"),
+               cause=last.get("cause"))
+    return out
+
+
+def find_runs(root: str | Path, depth: int = 4) -> list[Path]:
+    """The folders under ``root`` (at most ``depth`` levels down) that :data:`MARKER` marks as runs, sorted.
+
+    Hidden folders, virtual environments' site-packages and node_modules are not walked.
+    """
+    root = Path(root)
+    found: list[Path] = []
+
+    def walk(folder: Path, level: int) -> None:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            return
+        if any(e.name == MARKER and e.is_file() for e in entries):
+            found.append(folder)
+        if level < depth:
+            for e in entries:
+                if e.is_dir(follow_symlinks=False) and not e.name.startswith(".") and e.name not in _SKIP:
+                    walk(Path(e.path), level + 1)
+
+    walk(root, 0)
+    return sorted(found)

@@ -1,0 +1,307 @@
+"""What the server extension's routes answer, as plain functions over the server's root: every decision is here.
+
+The routes of :mod:`fabnb.jupyter.server` only parse a request and call these. Each takes the server's root
+and paths relative to it, confines them there (:func:`confine`), and returns JSON-ready data; a problem is an
+:class:`ApiError` with the HTTP status and a message that names the file and what to do. The results views
+read through :class:`Results`, which keeps one :class:`fabnb.explorer.Explorer` per run folder (made again
+when a store grows) and answers in pages.
+
+Examples
+--------
+>>> import tempfile
+>>> root = tempfile.mkdtemp()
+>>> confine(root, "../etc/passwd", must_exist=False)
+Traceback (most recent call last):
+...
+fabnb.jupyter.api.ApiError: '../etc/passwd' is outside the server's root; name a path inside it.
+>>> runs(root)
+[]
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import warnings
+from pathlib import Path
+
+from ..errors import FabnbError
+
+__all__ = ["ApiError", "Results", "confine", "doctor", "new_experiment", "plan", "rate_page", "runs"]
+
+#: Filters the results viewer may send (:meth:`fabnb.explorer.Explorer.filter`'s keys), and how each is read.
+_FILTER_TYPES = {"system": str, "model": str, "context_k": float, "mode": str, "test_type": str,
+                 "question_format": str, "metric": str, "score_min": float, "score_max": float,
+                 "judge_failures": bool, "retrieval_miss": bool, "flagged": str, "state": str, "text": str}
+
+
+class ApiError(FabnbError):
+    """A request the server refuses: ``status`` is the HTTP status, the message says why and what to do."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+def confine(root: str | Path, rel: str, must_exist: bool = True) -> Path:
+    """``rel`` resolved inside ``root`` (symbolic links followed); :class:`ApiError` outside it or missing."""
+    root = Path(root).resolve()
+    if not isinstance(rel, str) or "\x00" in rel:
+        raise ApiError(f"{rel!r} is not a path; name a path inside the server's root.")
+    path = (root / rel.lstrip("/") if not os.path.isabs(rel) else Path(rel)).resolve()
+    if path != root and root not in path.parents:
+        raise ApiError(f"{rel!r} is outside the server's root; name a path inside it.", 403)
+    if must_exist and not path.exists():
+        raise ApiError(f"{rel!r} does not exist under the server's root.", 404)
+    return path
+
+
+def _rel(root: Path, path: Path) -> str:
+    return os.path.relpath(path, Path(root).resolve())
+
+
+def runs(root: str | Path, jobs=None) -> list[dict]:
+    """Every run under the root (:func:`fabnb.experiment.progress.find_runs`) with its status, newest first.
+
+    Reads each run's marker, manifest and progress file, never a store. ``jobs`` (the server's
+    :class:`fabnb.jupyter.jobs.Jobs`) adds ``started_here`` to the runs this server started.
+    """
+    from ..experiment.progress import find_runs, run_status
+
+    root = Path(root).resolve()
+    out = [run_status(folder, root) for folder in find_runs(root)]
+    mine = jobs.folders() if jobs is not None else set()
+    for r in out:
+        r["started_here"] = str((root / r["path"]).resolve()) in mine
+        if r["started_here"] and r["state"] == "new":
+            r["state"] = "starting"  # its process is up and has not taken its folder yet
+    return sorted(out, key=lambda r: (r["state"] != "running", str(r.get("started") or "")), reverse=False)
+
+
+def plan(root: str | Path, rel: str) -> dict:
+    """The plan of an experiment TOML (what ``fabnb run FILE --dry-run`` prints, without probes).
+
+    Returns
+    -------
+    dict
+        ok (False: ``error`` is the file/line/key message), text (the plan as the CLI prints it), rows (its
+        table), output (the run's folder, relative to the root, or None when it is outside), missing_env (the
+        environment variables this server lacks, which a run started from here needs), running (the holder
+        of the output folder when a run holds it).
+    """
+    from ..experiment import Experiment, run_experiment
+    from ..experiment.output import json_records
+    from ..records import held_by
+
+    path = confine(root, rel)
+    try:
+        exp = Experiment.from_file(path)
+    except FabnbError as exc:
+        return {"ok": False, "error": str(exc)}
+    missing = [v for s in exp.systems for v in s.endpoint.missing_env()] + list(exp.judge.missing_env())
+    out_rel = _rel(root, exp.output) if Path(root).resolve() in exp.output.resolve().parents else None
+    base = {"output": out_rel, "missing_env": sorted(set(missing)),
+            "running": held_by(exp.output) if exp.output.is_dir() else None}
+    if missing:
+        return {"ok": False, **base, "error": f"{exp.source}: the server's environment lacks "
+                + ", ".join(sorted(set(missing))) + ". A run started from JupyterLab reads its endpoint variables "
+                "from the environment JupyterLab was started in (not a kernel's): export them there and restart "
+                "JupyterLab, or run it from a terminal."}
+    said: list[str] = []
+    try:
+        run = run_experiment(exp, dry_run=True, probe=False, progress=False, echo=said.append)
+    except FabnbError as exc:
+        return {"ok": False, **base, "error": str(exc)}
+    return {"ok": True, **base, "text": "\n".join(said), "rows": json_records(run.plan.table.drop(columns=["price"]))}
+
+
+def doctor() -> list[dict]:
+    """``fabnb doctor``'s table (area, check, status, detail, fix), without starting the embedded model."""
+    from ..doctor import check
+    from ..experiment.output import json_records
+
+    return json_records(check(model=False, endpoint=False))
+
+
+def new_experiment(root: str | Path, folder: str, name: str = "experiment.toml") -> str:
+    """Write a commented experiment TOML (the offline example's, its output beside it) into ``folder``.
+
+    Returns the new file's path relative to the root; an existing file is never overwritten (``-1``, ``-2`` ...
+    are added to the name).
+    """
+    from ..paths import shipped
+
+    where = confine(root, folder or ".")
+    if not where.is_dir():
+        raise ApiError(f"{folder!r} is not a folder under the server's root.")
+    stem, suffix = os.path.splitext(os.path.basename(name) or "experiment.toml")
+    target, n = where / f"{stem}{suffix or '.toml'}", 0
+    while target.exists():
+        n += 1
+        target = where / f"{stem}-{n}{suffix or '.toml'}"
+    text = shipped("examples", "offline.toml")
+    text = text.replace("examples/offline.toml", target.name).replace(
+        'output = "../fabnb-experiments/offline-demo"', f'output = "fabnb-runs/{target.stem}"')
+    target.write_text(text, encoding="utf-8")
+    return _rel(root, target)
+
+
+def rate_page(root: str | Path, folder: str) -> str:
+    """Write ``rate.ipynb`` (the rating app's one cell, which Voilà renders) into ``folder``; its path."""
+    from ..pages import one_cell_notebook
+
+    where = confine(root, folder or ".")
+    if not where.is_dir():
+        raise ApiError(f"{folder!r} is not a folder under the server's root.")
+    page = where / "rate.ipynb"
+    if not page.exists():
+        one_cell_notebook(page, "from fabnb.widgets import rating_app\n\nrating_app()")
+    return _rel(root, page)
+
+
+def _filters(query: dict) -> dict:
+    """The explorer filters of a request's query (strings), each read as its type; unknown keys refused."""
+    out = {}
+    for key, raw in query.items():
+        if key not in _FILTER_TYPES:
+            raise ApiError(f"unknown filter {key!r}; filters: {', '.join(_FILTER_TYPES)}.")
+        if raw in ("", None):
+            continue
+        kind = _FILTER_TYPES[key]
+        try:
+            out[key] = (raw in ("1", "true", "True", True)) if kind is bool else kind(raw)
+        except ValueError:
+            raise ApiError(f"filter {key}={raw!r} is not a {kind.__name__}.") from None
+    return out
+
+
+class Results:
+    """The results views' data: one :class:`fabnb.explorer.Explorer` per run folder, kept while its stores
+    stay the same size, answered in pages of ``page_size`` rows."""
+
+    def __init__(self, root: str | Path, page_size: int = 50):
+        self.root, self.page_size = Path(root).resolve(), page_size
+        self._cache: dict[Path, tuple[tuple, object, list[str]]] = {}
+
+    def _folder(self, rel: str) -> Path:
+        path = confine(self.root, rel)
+        from ..experiment.progress import MARKER
+
+        return path.parent if path.name == MARKER or path.is_file() else path
+
+    def explorer(self, rel: str):
+        """The folder's explorer and the notes about what it skipped (cut lines); :class:`ApiError` when the
+        folder cannot be read, naming the file."""
+        from ..explorer import Explorer
+
+        folder = self._folder(rel)
+        stamp = tuple((p.stat().st_size, p.stat().st_mtime_ns) if p.exists() else None
+                      for p in (folder / "answers.jsonl", folder / "scores.jsonl", folder / "manifest.json"))
+        hit = self._cache.get(folder)
+        if hit is not None and hit[0] == stamp:
+            return hit[1], hit[2]
+        from ..experiment.output import read_manifest
+
+        try:
+            read_manifest(folder)  # one that is not JSON: its name and what to do
+        except FabnbError as exc:
+            raise ApiError(f"{exc} The results cannot be shown until then.", 422) from None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                ex = Explorer.from_folder(folder, page_size=self.page_size)
+            except FileNotFoundError as exc:
+                raise ApiError(str(exc), 404) from None
+            except ValueError as exc:  # a manifest that is not JSON, a store of another format
+                raise ApiError(f"{folder}: {exc}. Restore the file from a copy, or run the experiment again into "
+                               "a new folder.", 422) from None
+            except (KeyError, FabnbError) as exc:
+                raise ApiError(f"{folder} was written by another fabnb release and cannot be read here ({exc}); "
+                               "run the experiment again with this release into a new folder.", 422) from None
+        notes = [str(w.message) for w in caught if "cut or unreadable" in str(w.message)]
+        self._cache[folder] = (stamp, ex, notes)
+        return ex, notes
+
+    def summary(self, rel: str) -> dict:
+        """name, status (:func:`fabnb.experiment.progress.run_status`), summary (``summary.md``'s text or ''),
+        coverage (``coverage.csv``'s rows), figures (the report's images, relative to the root), systems,
+        windows, modes, metrics (the values the filters offer), cells (how many), notes."""
+        from ..experiment.progress import run_status
+
+        folder = self._folder(rel)
+        status = run_status(folder, self.root)
+        ex, notes = self.explorer(rel)
+        summary = folder / "summary.md"
+        coverage = []
+        if (folder / "coverage.csv").exists():
+            import pandas as pd
+
+            from ..experiment.output import json_records
+
+            coverage = json_records(pd.read_csv(folder / "coverage.csv"))
+        images = list((folder / "report").rglob("*.png")) + [p for p in (folder / "report").rglob("*.svg")
+                                                              if not p.with_suffix(".png").exists()]
+        figures = sorted(_rel(self.root, p) for p in images)
+        c = ex.cells
+        return {"name": status["name"], "path": _rel(self.root, folder), "status": status,
+                "summary": summary.read_text(encoding="utf-8") if summary.exists() else "",
+                "coverage": coverage, "figures": figures, "cells": int(len(c)), "notes": notes,
+                "systems": sorted(map(str, c["system"].unique())),
+                "windows": sorted(float(v) for v in c["context_k"].unique()),
+                "modes": sorted(map(str, c["mode"].unique())), "metrics": ex.metrics,
+                "states": sorted(map(str, c["state"].unique()))}
+
+    def cells(self, rel: str, query: dict, sort: str = "test_id", descending: bool = False, page: int = 0) -> dict:
+        """One page of the judged cells that pass the filters: total, page, page_size, columns, rows."""
+        base, _ = self.explorer(rel)
+        ex = copy.copy(base)  # the cached explorer's frames, shared read-only; filters of this request alone
+        ex.filters, ex.sort_by = {}, ("test_id", False)
+        try:
+            ex.filter(**_filters(query)).sort(sort, descending)
+        except ValueError as exc:
+            raise ApiError(str(exc)) from None
+        view = ex.view()
+        page = max(0, int(page))
+        rows = view.iloc[page * ex.page_size:(page + 1) * ex.page_size]
+        from ..explorer import _plain
+
+        return {"total": int(len(view)), "page": page, "page_size": ex.page_size, "columns": list(view.columns),
+                "rows": [{k: _plain(v) for k, v in r.items()} for r in rows.to_dict("records")]}
+
+    def cell(self, rel: str, key: dict) -> dict:
+        """One cell in full (:meth:`fabnb.explorer.Explorer.detail`)."""
+        from ..schema import RESULT_KEYS
+
+        ex, _ = self.explorer(rel)
+        missing = [k for k in RESULT_KEYS if k not in key]
+        if missing:
+            raise ApiError(f"a cell is named by {', '.join(RESULT_KEYS)}; missing: {', '.join(missing)}.")
+        try:
+            return ex.detail(key)
+        except ValueError as exc:
+            raise ApiError(str(exc)) from None
+
+    def compare(self, rel: str, a: dict, b: dict, metric: str | None = None, page: int = 0) -> dict:
+        """Two configurations question by question, largest drop first: total, page, columns, rows."""
+        from ..explorer import _plain
+
+        ex, _ = self.explorer(rel)
+        try:
+            table = ex.compare(a, b, metric or None)
+        except ValueError as exc:
+            raise ApiError(str(exc)) from None
+        rows = table.iloc[page * self.page_size:(page + 1) * self.page_size]
+        return {"total": int(len(table)), "page": page, "columns": list(table.columns),
+                "rows": [{k: _plain(v) for k, v in r.items()} for r in rows.to_dict("records")]}
+
+
+def loads(text: str | None, what: str) -> dict:
+    """A request's JSON object argument; :class:`ApiError` naming it when it is not one."""
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        raise ApiError(f"{what} is not JSON; send a JSON object.") from None
+    if not isinstance(value, dict):
+        raise ApiError(f"{what} must be a JSON object, not {type(value).__name__}.")
+    return value

@@ -1,0 +1,125 @@
+"""Experiment runs started by the Jupyter server: a ``fabnb run`` process each, owned by the server, not a tab.
+
+A run started from JupyterLab outlives a closed tab or a reloaded page. It reads its endpoint variables from
+the server's environment. A second run on a folder that a run holds is refused, naming the holder (the lock
+of :func:`fabnb.records.hold`, so a run started from a terminal counts too). *Stop* sends SIGINT, the stop a
+rerun resumes; when the server itself ends, its runs get SIGTERM (Linux), which ``fabnb run`` takes as the
+same clean stop. Each run writes its output to ``run.log`` in its folder.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from .api import ApiError, confine, plan
+
+__all__ = ["Jobs"]
+
+
+class Jobs:
+    """The runs this server started: start, stop, and which folders they hold.
+
+    Parameters
+    ----------
+    root : Path
+        The server's root: experiment files and run folders must be inside it.
+    env : dict, optional
+        The runs' environment (the server's own by default).
+    """
+
+    def __init__(self, root: str | Path, env: dict | None = None):
+        self.root, self.env = Path(root).resolve(), env
+        self._procs: dict[str, dict] = {}
+        self._lock = threading.Lock()
+
+    def folders(self) -> set[str]:
+        """The folders of this server's runs that are still running."""
+        return {folder for folder, job in self._procs.items() if job["proc"].poll() is None}
+
+    def start(self, rel: str) -> dict:
+        """Start ``fabnb run`` on the experiment file ``rel``; returns output (relative to the root) and pid.
+
+        Refused (:class:`ApiError`): a file with an error (the plan's message), variables the server's
+        environment lacks, an output folder outside the root, a folder a run holds.
+        """
+        from ..errors import FabnbError
+        from ..experiment import Experiment
+        from ..records import held_by
+
+        path = confine(self.root, rel)
+        with self._lock:  # two Run presses at once: the second sees the first's process
+            try:
+                exp = Experiment.from_file(path)
+                out = exp.output.resolve()
+            except FabnbError as exc:
+                raise ApiError(str(exc), 422) from None
+            job = self._procs.get(str(out))
+            if job is not None and job["proc"].poll() is None:
+                raise ApiError(f"{out} is running already (process {job['proc'].pid}, started from JupyterLab); wait "
+                               "for it to end or stop it first.", 409)
+            holder = held_by(out) if out.is_dir() else None
+            if holder:
+                raise ApiError(f"{out} is in use by {holder}; wait for it to end or stop it first.", 409)
+            p = plan(self.root, rel)
+            if not p["ok"]:
+                raise ApiError(p["error"], 422)
+            if p["output"] is None:
+                raise ApiError(f"{rel}: its output folder is outside the server's root; name one inside it to run "
+                               "it from JupyterLab.", 422)
+            return self._spawn(path, out, rel, p["output"], exp.name)
+
+    def _spawn(self, path: Path, out: Path, rel: str, out_rel: str, name: str) -> dict:
+        from ..experiment.progress import write_marker
+        from ..process import start_process
+
+        out.mkdir(parents=True, exist_ok=True)
+        write_marker(out, name, str(path))  # the sidebar shows the run while it starts (its model, its corpus)
+        log = open(out / "run.log", "ab")
+        try:
+            proc = start_process([sys.executable, "-m", "fabnb.cli", "run", str(path), "--no-progress"],
+                                 env=self.env, cwd=path.parent, stdout=log)
+        finally:
+            log.close()
+        self._procs[str(out)] = {"proc": proc, "file": rel, "started": time.time()}
+        return {"output": out_rel, "pid": proc.pid}
+
+    def stop(self, rel: str) -> dict:
+        """Stop the run that holds folder ``rel`` with SIGINT (started here or from a terminal by this user)."""
+        from ..records import held_by
+
+        folder = confine(self.root, rel)
+        folder = folder.parent if folder.is_file() else folder
+        job = self._procs.get(str(folder))
+        if job is not None and job["proc"].poll() is None:
+            job["proc"].send_signal(signal.SIGINT)
+            return {"stopped": job["proc"].pid}
+        holder = held_by(folder)
+        pid = re.match(r"process (\d+)", holder or "")
+        if pid is None:
+            raise ApiError(f"{rel} is not running; nothing to stop.", 409)
+        import os
+
+        try:
+            os.kill(int(pid.group(1)), signal.SIGINT)
+        except OSError as exc:
+            raise ApiError(f"the run in {rel} (process {pid.group(1)}) cannot be stopped from here: {exc}.", 409) \
+                from None
+        return {"stopped": int(pid.group(1))}
+
+    def reap(self) -> None:
+        """Forget finished runs (their exit statuses collected: no zombie)."""
+        for folder, job in list(self._procs.items()):
+            if job["proc"].poll() is not None:
+                del self._procs[folder]
+
+    def shutdown(self) -> None:
+        """Stop every run still going (the server is ending): SIGTERM, the same clean stop as *Stop*."""
+        from ..process import stop_process
+
+        for job in self._procs.values():
+            stop_process(job["proc"], grace=30)

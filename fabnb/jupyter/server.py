@@ -1,0 +1,168 @@
+"""The Jupyter server extension: authenticated routes under ``/fabnb/api/`` for fabnb's JupyterLab panels.
+
+Enabled on install (``jupyter_server_config.d/fabnb.json``); ``jupyter server extension list`` shows it.
+Every route needs Jupyter's authentication (and its XSRF check on POST), reads paths relative to the server's
+root and refuses any outside it; the answers come from :mod:`fabnb.jupyter.api`, the work that takes time
+(a plan, a store read) runs off the server's event loop. Importing this module imports no pandas: the
+extension adds little to JupyterLab's start.
+
+Routes (GET unless marked):
+
+========================  ==============================================================
+``runs``                  every run under the root with its status; POST ``{"file"}`` starts one
+``runs/stop`` (POST)      ``{"path"}``: stop the run that holds a folder (a clean stop)
+``plan``                  ``?file=``: an experiment file's plan, or its error
+``doctor``                ``fabnb doctor``'s table
+``new`` (POST)            ``{"folder"}``: a commented experiment TOML written there
+``rate`` (POST)           ``{"folder"}``: the rating app's page written there
+``results/summary``       ``?path=``: a run's summary, figures and the filters' values
+``results/cells``         ``?path=&filters=&page=&sort=&descending=``: a page of judged cells
+``results/cell``          ``?path=&key=``: one cell in full
+``results/compare``       ``?path=&a=&b=&metric=&page=``: two configurations side by side
+========================  ==============================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.extension.application import ExtensionApp
+from tornado import web
+
+from .api import ApiError, Results, doctor, loads, new_experiment, plan, rate_page, runs
+from .jobs import Jobs
+
+__all__ = ["FabnbExtension", "ROUTES"]
+
+
+class _Handler(APIHandler):
+    """A route: its answer computed off the event loop, an :class:`ApiError` sent as its status and message."""
+
+    @property
+    def root(self):
+        return self.settings["fabnb_root"]
+
+    async def answer(self, fn, *args) -> None:
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        except ApiError as exc:
+            self.set_status(exc.status)
+            result = {"error": str(exc)}
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(result, default=str))
+
+    def body(self) -> dict:
+        return loads(self.request.body.decode("utf-8", "replace"), "the request body")
+
+
+
+class RunsHandler(_Handler):
+    @web.authenticated
+    async def get(self):
+        await self.answer(runs, self.root, self.settings["fabnb_jobs"])
+
+    @web.authenticated
+    async def post(self):
+        await self.answer(lambda: self.settings["fabnb_jobs"].start(str(self.body().get("file", ""))))
+
+
+class StopHandler(_Handler):
+    @web.authenticated
+    async def post(self):
+        await self.answer(lambda: self.settings["fabnb_jobs"].stop(str(self.body().get("path", ""))))
+
+
+class PlanHandler(_Handler):
+    @web.authenticated
+    async def get(self):
+        await self.answer(plan, self.root, self.get_argument("file", ""))
+
+
+class DoctorHandler(_Handler):
+    @web.authenticated
+    async def get(self):
+        await self.answer(doctor)
+
+
+class NewHandler(_Handler):
+    @web.authenticated
+    async def post(self):
+        body = self.body()
+        await self.answer(lambda: {"file": new_experiment(self.root, str(body.get("folder", "")),
+                                                          str(body.get("name") or "experiment.toml"))})
+
+
+class RateHandler(_Handler):
+    @web.authenticated
+    async def post(self):
+        await self.answer(lambda: {"file": rate_page(self.root, str(self.body().get("folder", "")))})
+
+
+class SummaryHandler(_Handler):
+    @web.authenticated
+    async def get(self):
+        await self.answer(self.settings["fabnb_results"].summary, self.get_argument("path", ""))
+
+
+class CellsHandler(_Handler):
+    @web.authenticated
+    async def get(self):
+        results = self.settings["fabnb_results"]
+        await self.answer(lambda: results.cells(self.get_argument("path", ""),
+                                                loads(self.get_argument("filters", ""), "filters"),
+                                                self.get_argument("sort", "test_id"),
+                                                self.get_argument("descending", "") in ("1", "true"),
+                                                _int(self.get_argument("page", "0"))))
+
+
+class CellHandler(_Handler):
+    @web.authenticated
+    async def get(self):
+        results = self.settings["fabnb_results"]
+        await self.answer(lambda: results.cell(self.get_argument("path", ""),
+                                               loads(self.get_argument("key", ""), "key")))
+
+
+class CompareHandler(_Handler):
+    @web.authenticated
+    async def get(self):
+        results = self.settings["fabnb_results"]
+        await self.answer(lambda: results.compare(self.get_argument("path", ""), loads(self.get_argument("a", ""),
+                                                  "a"), loads(self.get_argument("b", ""), "b"),
+                                                  self.get_argument("metric", "") or None,
+                                                  _int(self.get_argument("page", "0"))))
+
+
+def _int(text: str) -> int:
+    try:
+        return max(0, int(text))
+    except ValueError:
+        raise ApiError(f"page={text!r} is not a whole number.") from None
+
+
+#: The routes, relative to the server's base URL.
+ROUTES = [("/fabnb/api/runs", RunsHandler), ("/fabnb/api/runs/stop", StopHandler), ("/fabnb/api/plan", PlanHandler),
+          ("/fabnb/api/doctor", DoctorHandler), ("/fabnb/api/new", NewHandler), ("/fabnb/api/rate", RateHandler),
+          ("/fabnb/api/results/summary", SummaryHandler), ("/fabnb/api/results/cells", CellsHandler),
+          ("/fabnb/api/results/cell", CellHandler), ("/fabnb/api/results/compare", CompareHandler)]
+
+
+class FabnbExtension(ExtensionApp):
+    """fabnb's server extension: the runs of the server's root, their plans, starts and stops, their results."""
+
+    name = "fabnb"
+    load_other_extensions = True
+
+    def initialize_settings(self):
+        root = self.serverapp.root_dir
+        self.settings.update(fabnb_root=root, fabnb_jobs=Jobs(root), fabnb_results=Results(root))
+
+    def initialize_handlers(self):
+        self.handlers.extend(ROUTES)
+
+    async def stop_extension(self):
+        jobs = self.settings.get("fabnb_jobs")
+        if jobs is not None:
+            await asyncio.get_running_loop().run_in_executor(None, jobs.shutdown)

@@ -1,0 +1,123 @@
+// The "FAB-Bench runs" sidebar: every run under the server's root with its live status, polled while shown.
+// What a run's state is, is decided by fabnb.experiment.progress.run_status on the server.
+import { Widget } from '@lumino/widgets';
+import { api, el, post, seconds } from './api';
+
+export interface IRun {
+  path: string;
+  name: string;
+  state: string;
+  holder: string | null;
+  stages: { stage: string; planned: number; ok: number; failed: number; state: string }[];
+  progress: { stage: string; done: number; total: number; eta_s: number | null } | null;
+  spent_usd: number | null;
+  cause: string | null;
+  problem: string | null;
+  experiment_file: string | null;
+  started_here: boolean;
+}
+
+export class RunsPanel extends Widget {
+  private list = el('div', '', 'fabnb-runs-list');
+  private status = el('div', '', 'fabnb-muted');
+  private timer = 0;
+  private last: Map<string, string> = new Map();
+
+  constructor(
+    private open: (run: IRun) => void,
+    private onEnded: (run: IRun) => void
+  ) {
+    super();
+    this.id = 'fabnb-runs';
+    this.addClass('fabnb-panel');
+    this.addClass('fabnb-lab');
+    this.title.caption = 'FAB-Bench runs';
+    const refresh = el('button', 'Refresh', 'jp-Button fabnb-button');
+    refresh.onclick = () => void this.refresh();
+    this.node.append(el('h2', 'FAB-Bench runs'), refresh, this.status, this.list);
+  }
+
+  protected onAfterShow(): void {
+    void this.refresh();
+    window.clearInterval(this.timer);
+    this.timer = window.setInterval(() => void this.refresh(), 2000);
+  }
+
+  protected onAfterHide(): void {
+    window.clearInterval(this.timer);
+  }
+
+  dispose(): void {
+    window.clearInterval(this.timer);
+    super.dispose();
+  }
+
+  /** Ask for the runs once (also called after Run, so a new run shows at once). */
+  async refresh(): Promise<void> {
+    let runs: IRun[];
+    try {
+      runs = await api<IRun[]>('runs');
+    } catch (error) {
+      this.status.textContent = String((error as Error).message);
+      return;
+    }
+    for (const r of runs) {
+      const before = this.last.get(r.path);
+      const live = (state?: string) => state === 'running' || state === 'starting';
+      if (live(before) && !live(r.state)) {
+        this.onEnded(r);
+      }
+      this.last.set(r.path, r.state);
+    }
+    this.status.textContent = runs.length ? '' : 'No runs under this folder yet: open an experiment file and press Run.';
+    this.list.replaceChildren(...runs.map(r => this.item(r)));
+  }
+
+  private item(r: IRun): HTMLElement {
+    const box = el('div', '', `fabnb-run fabnb-state-${r.state.replace(/[^a-z-]/g, '')}`);
+    box.dataset.path = r.path;
+    const title = el('button', r.name, 'fabnb-run-name');
+    title.title = `Open ${r.path}`;
+    title.onclick = () => this.open(r);
+    box.append(title, el('span', ` ${r.state}`, 'fabnb-run-state'));
+    box.append(el('div', r.path, 'fabnb-muted'));
+    if (r.progress && r.state === 'running') {
+      const p = r.progress;
+      const eta = p.eta_s !== null ? `, ETA ${seconds(p.eta_s)}` : '';
+      box.append(el('div', `${p.stage}: ${p.done}/${p.total}${eta}`, 'fabnb-run-progress'));
+    }
+    for (const s of r.stages) {
+      box.append(el('div', `${s.stage}: ${s.ok}/${s.planned} ${s.state}${s.failed ? `, ${s.failed} failed` : ''}`, 'fabnb-run-stage'));
+    }
+    if (r.spent_usd !== null && r.spent_usd !== undefined) {
+      box.append(el('div', `spent $${r.spent_usd.toFixed(4)}`, 'fabnb-muted'));
+    }
+    if (r.problem || r.cause) {
+      box.append(el('div', r.problem || r.cause || '', 'fabnb-error'));
+    }
+    if (r.state === 'running' || r.state === 'starting') {
+      const stop = el('button', 'Stop', 'jp-Button fabnb-button');
+      stop.onclick = async () => {
+        try {
+          await post('runs/stop', { path: r.path });
+        } catch (error) {
+          this.status.textContent = String((error as Error).message);
+        }
+        void this.refresh();
+      };
+      box.append(stop);
+    } else if (r.experiment_file && r.state !== 'finished') {
+      const resume = el('button', 'Resume', 'jp-Button fabnb-button');
+      resume.onclick = async () => {
+        try {
+          await post('runs', { file: r.experiment_file });
+        } catch (error) {
+          this.status.textContent = String((error as Error).message);
+        }
+        void this.refresh();
+      };
+      box.append(resume);
+    }
+    return box;
+  }
+}

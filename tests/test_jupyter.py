@@ -1,0 +1,421 @@
+"""fabnb inside Jupyter: the server extension's routes (pytest-jupyter, a real Jupyter server), the runs it
+starts and stops, the ``%fabnb`` magics in a real IPython kernel, and the JupyterLab extension's build record.
+
+Checked by breaking it once: with ``confine`` comparing paths as text (no ``resolve``), the symbolic-link case
+of ``test_every_path_is_confined_to_the_root`` failed; with ``@web.authenticated`` taken off ``RunsHandler``,
+``test_routes_refuse_requests_without_authentication`` failed; with ``Jobs.start`` not asking ``held_by``,
+``test_a_second_run_on_a_held_folder_is_refused_naming_the_holder`` failed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import queue
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from pytest_jupyter.jupyter_core import *  # noqa: F401,F403 - the fixtures, for this module alone
+from pytest_jupyter.jupyter_server import *  # noqa: F401,F403
+from pytest_jupyter.pytest_tornasync import *  # noqa: F401,F403
+from tornado.httpclient import HTTPClientError
+
+from fabnb.experiment import Experiment, run_experiment
+from fabnb.jupyter.api import ApiError, Results, confine, new_experiment, plan
+
+from conftest import ROOT
+from stub_openai import StubServer
+from test_experiment import judge_or_echo, quiet, write_file
+
+HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=1</script>'
+
+
+# ------------------------------------------------------------------ the extension's build record
+def sources_hash(folder: Path) -> str:
+    """labextension/hash-sources.mjs's digest: each source's path (sorted), a NUL, its bytes, a NUL."""
+    files = ["package.json", "tsconfig.json"] + [f"{d}/{p.name}" for d in ("src", "style")
+                                                 for p in (folder / d).iterdir() if p.is_file()]
+    h = hashlib.sha256()
+    for f in sorted(files):
+        h.update(f.encode() + b"\0" + (folder / f).read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def test_the_built_extension_matches_its_sources():
+    """Sources changed without a rebuild (``cd labextension && npm ci && npm run build``) fail here."""
+    recorded = (ROOT / "fabnb" / "jupyter" / "labextension" / "sources.sha256").read_text().strip()
+    assert sources_hash(ROOT / "labextension") == recorded, (
+        "labextension/ changed since fabnb/jupyter/labextension was built: run `cd labextension && npm ci && "
+        "npm run build` and commit fabnb/jupyter/labextension")
+    built = json.loads((ROOT / "fabnb" / "jupyter" / "labextension" / "package.json").read_text())
+    assert built["name"] == "fabnb-jupyterlab" and (ROOT / "fabnb" / "jupyter" / "labextension" /
+                                                    built["jupyterlab"]["_build"]["load"]).is_file()
+
+
+def test_the_installed_package_carries_both_extensions():
+    """What ``pip install`` put in place: the labextension and the server extension's switch (the list commands
+    read these, checked in .ci/run)."""
+    share = Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "fabnb-jupyterlab"
+    assert (share / "package.json").is_file() and (share / "install.json").is_file()
+    switch = Path(sys.prefix) / "etc" / "jupyter" / "jupyter_server_config.d" / "fabnb.json"
+    assert json.loads(switch.read_text()) == {"ServerApp": {"jpserver_extensions": {"fabnb": True}}}
+    import fabnb
+
+    points = fabnb._jupyter_server_extension_points()
+    assert points[0]["app"].name == "fabnb"
+
+
+# ------------------------------------------------------------------ plain functions (fabnb.jupyter.api)
+def test_every_path_is_confined_to_the_root(tmp_path):
+    root = tmp_path / "root"
+    (root / "a").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "a" / "link").symlink_to(outside)
+    assert confine(root, "a") == (root / "a").resolve()
+    assert confine(root, str(root / "a")) == (root / "a").resolve()  # an absolute path inside is fine
+    for bad in ("../outside", "a/../../outside", str(outside), "a/link", "/etc"):
+        with pytest.raises(ApiError, match="outside the server's root") as info:
+            confine(root, bad)
+        assert info.value.status == 403
+    with pytest.raises(ApiError, match="does not exist") as info:
+        confine(root, "a/missing")
+    assert info.value.status == 404
+
+
+def test_the_plan_of_a_file_with_an_error_names_its_line_and_key(tmp_path):
+    (tmp_path / "bad.toml").write_text('name = "x"\noutput = "o"\n[contexts]\nwindowz = [1]\n')
+    answer = plan(tmp_path, "bad.toml")
+    assert not answer["ok"] and "line 4" in answer["error"] and "windowz" in answer["error"]
+    assert "allowed:" in answer["error"]
+
+
+def test_the_plan_names_variables_the_server_lacks(tmp_path, monkeypatch):
+    monkeypatch.delenv("FABNB_TEST_URL", raising=False)
+    monkeypatch.delenv("FABNB_TEST_KEY", raising=False)
+    write_file(tmp_path)
+    answer = plan(tmp_path, "experiment.toml")
+    assert not answer["ok"] and answer["missing_env"] == ["FABNB_TEST_KEY", "FABNB_TEST_URL"]
+    assert "environment JupyterLab was started in" in answer["error"] and answer["output"] == "out"
+
+
+def test_a_new_experiment_is_the_commented_offline_example_and_never_overwrites(tmp_path):
+    first = new_experiment(tmp_path, ".")
+    second = new_experiment(tmp_path, ".")
+    assert (first, second) == ("experiment.toml", "experiment-1.toml")
+    text = (tmp_path / first).read_text()
+    assert 'output = "fabnb-runs/experiment"' in text and "# " in text and "[judge]" in text
+    exp = Experiment.from_file(tmp_path / first)
+    assert exp.output == (tmp_path / "fabnb-runs" / "experiment").resolve()
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A finished run on the scripted server whose answers and reasons hold hostile HTML: (root, folder)."""
+    root = tmp_path_factory.mktemp("root")
+    saved = dict(os.environ)
+
+    def hostile(request, n):
+        status, body, headers = judge_or_echo(request, n)
+        if not request.get("response_format"):
+            body["choices"][0]["message"]["content"] = HOSTILE + " " + body["choices"][0]["message"]["content"]
+        return status, body, headers
+
+    try:
+        os.environ.update(FABNB_CACHE_DIR=str(root / "cache"), FABNB_TEST_KEY="sk-test")
+        with StubServer(hostile) as server:
+            os.environ["FABNB_TEST_URL"] = server.base_url
+            (root / "study").mkdir()
+            run_experiment(Experiment.from_file(write_file(root / "study")), progress=False, probe=False, echo=quiet)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return root, root / "study" / "out"
+
+
+def test_results_come_in_pages_through_the_explorer(finished_run):
+    root, folder = finished_run
+    results = Results(root, page_size=5)
+    summary = results.summary("study/out/run.fabnb")  # the marker file, as a double-click sends it
+    assert summary["name"] == "stub-study" and summary["cells"] == 16 and summary["status"]["state"] == "finished"
+    assert summary["systems"] == ["ref"] and summary["windows"] == [1.0, 2.0] and summary["modes"] == ["A", "B"]
+    assert all("n = 4 / 4" in row["shown"] for row in summary["coverage"])
+    page = results.cells("study/out", {"mode": "B", "context_k": "2"}, page=0)
+    assert page["total"] == 4 and len(page["rows"]) == 4
+    page = results.cells("study/out", {}, sort="test_id", page=3)
+    assert page["total"] == 16 and len(page["rows"]) == 1  # pages of 5: the fourth holds the last one
+    row = page["rows"][0]
+    detail = results.cell("study/out", {k: row[k] for k in ("system", "model", "context_k", "mode", "test_id")})
+    assert detail["answer"].startswith(HOSTILE) and detail["scores"][0]["metric"] in ("depth", "relevance")
+    compared = results.compare("study/out", {"context_k": 1, "mode": "A"}, {"context_k": 2, "mode": "A"})
+    assert compared["total"] == 4 and {"average_a", "average_b", "drop"} <= set(compared["columns"])
+    with pytest.raises(ApiError, match="unknown filter 'colour'"):
+        results.cells("study/out", {"colour": "red"})
+    with pytest.raises(ApiError, match="not a float"):
+        results.cells("study/out", {"score_min": "high"})
+
+
+def test_a_cut_store_line_and_a_broken_manifest_are_named_not_a_blank_view(finished_run, tmp_path):
+    import shutil
+
+    root, folder = finished_run
+    copy = tmp_path / "root" / "copy"
+    shutil.copytree(folder, copy)
+    with open(copy / "scores.jsonl", "a") as fh:
+        fh.write('{"system": "ref", "cut')
+    summary = Results(tmp_path / "root").summary("copy")
+    assert summary["cells"] == 16 and any("scores.jsonl, line 33" in n for n in summary["notes"])
+    (copy / "manifest.json").write_text("{not json")
+    with pytest.raises(ApiError, match=r"manifest.json") as info:
+        Results(tmp_path / "root").summary("copy")
+    assert info.value.status == 422 and "restore it or choose a new output folder" in str(info.value)
+    (tmp_path / "root" / "empty").mkdir()
+    with pytest.raises(ApiError, match="holds neither answers.jsonl nor scores.jsonl"):
+        Results(tmp_path / "root").summary("empty")
+
+
+# ------------------------------------------------------------------ the routes, on a real Jupyter server
+@pytest.fixture
+def jp_server_config():
+    return {"ServerApp": {"jpserver_extensions": {"fabnb": True}}}
+
+
+@pytest.fixture
+def jp_root_dir(finished_run):
+    return finished_run[0]
+
+
+def _get(jp_fetch, loop, *parts, **kwargs):
+    return loop.run_until_complete(jp_fetch("fabnb", "api", *parts, **kwargs))
+
+
+def test_routes_refuse_requests_without_authentication(jp_fetch, jp_asyncio_loop):
+    for parts, method, body in [(("runs",), "GET", None), (("runs",), "POST", "{}"), (("doctor",), "GET", None),
+                                (("results", "summary"), "GET", None), (("plan",), "GET", None)]:
+        with pytest.raises(HTTPClientError) as info:
+            _get(jp_fetch, jp_asyncio_loop, *parts, method=method, body=body, headers={"Authorization": "token no"},
+                 params={"path": "study/out"})
+        assert info.value.code == 403, parts
+    # Authenticated but from a page without the XSRF cookie: a POST by cookie alone is refused too.
+    with pytest.raises(HTTPClientError) as info:
+        _get(jp_fetch, jp_asyncio_loop, "new", method="POST", body="{}",
+             headers={"Authorization": "", "Cookie": "username-127-0-0-1=forged"})
+    assert info.value.code == 403
+
+
+def test_routes_answer_the_runs_and_the_results(jp_fetch, jp_asyncio_loop):
+    runs = json.loads(_get(jp_fetch, jp_asyncio_loop, "runs").body)
+    assert [(r["path"], r["state"]) for r in runs] == [("study/out", "finished")]
+    summary = json.loads(_get(jp_fetch, jp_asyncio_loop, "results", "summary", params={"path": "study/out"}).body)
+    assert summary["cells"] == 16 and summary["figures"] == []  # the study's report draws none (figures = [])
+    page = json.loads(_get(jp_fetch, jp_asyncio_loop, "results", "cells", params={
+        "path": "study/out", "filters": json.dumps({"mode": "A", "retrieval_miss": False}), "page": "0",
+        "sort": "average", "descending": "true"}).body)
+    assert page["total"] == 8 and len(page["rows"]) == 8
+    key = {k: page["rows"][0][k] for k in ("system", "model", "context_k", "mode", "test_id")}
+    cell = json.loads(_get(jp_fetch, jp_asyncio_loop, "results", "cell",
+                           params={"path": "study/out", "key": json.dumps(key)}).body)
+    assert cell["answer"].startswith(HOSTILE)  # sent as text: the panels set it with textContent
+    compared = json.loads(_get(jp_fetch, jp_asyncio_loop, "results", "compare", params={
+        "path": "study/out", "a": json.dumps({"mode": "A", "context_k": 1}),
+        "b": json.dumps({"mode": "B", "context_k": 1})}).body)
+    assert compared["total"] == 4
+    doctor = json.loads(_get(jp_fetch, jp_asyncio_loop, "doctor").body)
+    assert {"area", "status"} <= set(doctor[0])
+
+
+def test_routes_refuse_paths_outside_the_root_and_bad_arguments(jp_fetch, jp_asyncio_loop):
+    for parts, params in [(("results", "summary"), {"path": "../../etc"}), (("results", "cells"), {"path": "/etc"}),
+                          (("plan",), {"file": "../experiment.toml"})]:
+        with pytest.raises(HTTPClientError) as info:
+            _get(jp_fetch, jp_asyncio_loop, *parts, params=params)
+        assert info.value.code == 403 and "outside the server's root" in info.value.response.body.decode()
+    with pytest.raises(HTTPClientError) as info:
+        _get(jp_fetch, jp_asyncio_loop, "results", "cells", params={"path": "study/out", "filters": "[1]"})
+    assert info.value.code == 400 and "must be a JSON object" in info.value.response.body.decode()
+    with pytest.raises(HTTPClientError) as info:
+        _get(jp_fetch, jp_asyncio_loop, "runs", method="POST", body=json.dumps({"file": "/etc/passwd"}))
+    assert info.value.code == 403
+
+
+def test_a_run_started_from_the_server_finishes_and_a_second_is_refused(jp_fetch, jp_asyncio_loop, jp_root_dir,
+                                                                        monkeypatch):
+    root = jp_root_dir
+    (root / "fresh").mkdir(exist_ok=True)
+    with StubServer(judge_or_echo, delay=0.2) as server:
+        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)  # the server's own environment: its runs read it
+        monkeypatch.setenv("FABNB_TEST_KEY", "sk-test")
+        monkeypatch.setenv("FABNB_CACHE_DIR", str(root / "cache"))
+        write_file(root / "fresh", sample=2, windows="[1]", modes='["A"]', name="fresh")
+        started = json.loads(_get(jp_fetch, jp_asyncio_loop, "runs", method="POST",
+                                  body=json.dumps({"file": "fresh/experiment.toml"})).body)
+        assert started["output"] == "fresh/out"
+        with pytest.raises(HTTPClientError) as info:
+            _get(jp_fetch, jp_asyncio_loop, "runs", method="POST", body=json.dumps({"file": "fresh/experiment.toml"}))
+        assert info.value.code == 409 and f"process {started['pid']}" in info.value.response.body.decode()
+        deadline, states = time.monotonic() + 120, []
+        while time.monotonic() < deadline:
+            run = next(r for r in json.loads(_get(jp_fetch, jp_asyncio_loop, "runs").body) if r["path"] == "fresh/out")
+            states.append(run["state"])
+            if run["state"] not in ("starting", "running"):
+                break
+            time.sleep(0.2)
+    assert states[-1] == "finished", (states, (root / "fresh" / "out" / "run.log").read_text()[-2000:])
+    assert {"starting", "running"} & set(states[:-1])  # seen while it ran, then done
+    judged = [r for r in server.requests if r.get("response_format")]
+    assert len(judged) == 4 and len((root / "fresh" / "out" / "answers.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_second_run_on_a_held_folder_is_refused_naming_the_holder(jp_root_dir, monkeypatch):
+    from fabnb.jupyter.jobs import Jobs
+    from fabnb.records import hold
+
+    monkeypatch.setenv("FABNB_TEST_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("FABNB_TEST_KEY", "sk-test")
+    held = jp_root_dir / "held"
+    held.mkdir(exist_ok=True)
+    write_file(held)
+    (held / "out").mkdir(exist_ok=True)
+    with hold(held / "out", "a terminal run"):
+        with pytest.raises(ApiError, match=r"in use by process \d+ \(a terminal run\)") as info:
+            Jobs(jp_root_dir).start("held/experiment.toml")
+    assert info.value.status == 409
+
+
+STOPPABLE = textwrap.dedent("""\
+    import sys, time
+    sys.path.insert(0, {tests!r})
+    from stub_openai import StubServer
+    from test_experiment import judge_or_echo
+    with StubServer(judge_or_echo, delay=0.4) as s:
+        print(s.base_url, flush=True)
+        time.sleep(600)
+    """)
+
+
+def one_at_a_time(folder: Path) -> Path:
+    """4 questions, one window, mode A, two metrics, one call at a time (12 calls)."""
+    path = write_file(folder, sample=4, windows="[1]", modes='["A"]')
+    path.write_text(path.read_text().replace("concurrency = 2", "concurrency = 1"))
+    return path
+
+
+def test_stop_is_a_clean_stop_that_a_rerun_resumes(tmp_path, monkeypatch):
+    """Stop sends SIGINT: the manifest says stopped, every stored line is whole, Run again finishes the rest."""
+    from fabnb.jupyter.jobs import Jobs
+
+    server = subprocess.Popen([sys.executable, "-c", STOPPABLE.format(tests=str(ROOT / "tests"))],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        monkeypatch.setenv("FABNB_TEST_URL", server.stdout.readline().strip())
+        monkeypatch.setenv("FABNB_TEST_KEY", "sk-test")
+        monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
+        one_at_a_time(tmp_path)
+        jobs = Jobs(tmp_path)
+        jobs.start("experiment.toml")
+        answers = tmp_path / "out" / "answers.jsonl"
+        deadline = time.monotonic() + 90
+        while not (answers.exists() and answers.read_text().count("\n") >= 1) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert jobs.stop("out")["stopped"]
+        proc = jobs._procs[str((tmp_path / "out").resolve())]["proc"]
+        assert proc.wait(60) == 130
+        manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+        assert manifest["runs"][-1]["status"] == "stopped" and "KeyboardInterrupt" in manifest["runs"][-1]["cause"]
+        kept = answers.read_text().splitlines()
+        assert 1 <= len(kept) < 4 and all(json.loads(line) for line in kept)
+        jobs.start("experiment.toml")
+        proc = jobs._procs[str((tmp_path / "out").resolve())]["proc"]
+        assert proc.wait(120) == 0, (tmp_path / "out" / "run.log").read_text()[-2000:]
+    finally:
+        server.kill()
+        server.wait()
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["runs"][-1]["status"] == "finished"
+    assert len(answers.read_text().splitlines()) == 4  # the kept answers were not asked again
+
+
+# ------------------------------------------------------------------ the magics, in a real IPython kernel
+class Kernel:
+    """A real IPython kernel (jupyter_client) in ``cwd``; ``run(code)`` returns what it printed and its status."""
+
+    def __init__(self, cwd: Path, env: dict):
+        from jupyter_client.manager import start_new_kernel
+
+        self.km, self.kc = start_new_kernel(kernel_name="python3", cwd=str(cwd), env=env)
+
+    def run(self, code: str, timeout: float = 180, during=None) -> tuple[str, str]:
+        msg_id = self.kc.execute(code)
+        out, status, deadline = [], None, time.monotonic() + timeout
+        while status is None:
+            if during is not None and during():
+                during = None
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.2)
+            except queue.Empty:
+                assert time.monotonic() < deadline, f"the kernel did not finish {code[:60]!r}: {''.join(out)}"
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                out.append(content["text"])
+            elif kind == "error":
+                out.append("\n".join(content["traceback"]))
+            elif kind in ("execute_result", "display_data"):
+                out.append(content["data"].get("text/plain", ""))
+            elif kind == "status" and content["execution_state"] == "idle":
+                status = self.kc.get_shell_msg(timeout=30)["content"]["status"]
+        return "".join(out), status
+
+    def close(self):
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+
+def test_the_magics_in_a_real_kernel_run_plan_stop_and_resume(tmp_path):
+    server = subprocess.Popen([sys.executable, "-c", STOPPABLE.format(tests=str(ROOT / "tests"))],
+                              stdout=subprocess.PIPE, text=True)
+    kernel = None
+    try:
+        url = server.stdout.readline().strip()
+        env = {**os.environ, "FABNB_TEST_URL": url, "FABNB_TEST_KEY": "sk-test",
+               "FABNB_CACHE_DIR": str(tmp_path / "cache")}
+        kernel = Kernel(tmp_path, env)
+        assert kernel.run("%load_ext fabnb")[1] == "ok"
+        said, _ = kernel.run("%fabnb frobnicate")
+        assert "invalid choice: 'frobnicate'" in said and "Usage: %fabnb doctor" in said
+        toml = one_at_a_time(tmp_path).read_text()
+        said, status = kernel.run("%%fabnb run --dry-run --no-probe\n" + toml)
+        assert status == "ok" and "4 questions; 12 calls planned, 0 done, 12 to do" in said
+        assert not (tmp_path / "out").exists()  # the plan asks nothing and writes nothing
+        said, _ = kernel.run("%%fabnb run\nname = 'x'\noutput = 'o'\n[contexts]\nwindowz = [1]\n")
+        assert "the %%fabnb cell" in said and "windowz" in said and "line 4" in said
+
+        answers = tmp_path / "out" / "answers.jsonl"
+
+        def interrupt_after_an_answer():
+            if answers.exists() and answers.read_text().count("\n") >= 1:
+                kernel.km.interrupt_kernel()  # the kernel's stop button
+                return True
+            return False
+
+        said, status = kernel.run("%%fabnb run --no-probe\n" + toml, during=interrupt_after_an_answer)
+        assert "stopped; what was answered is kept: run this cell again to resume" in said, said[-2000:]
+        manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+        assert manifest["runs"][-1]["status"] == "stopped"
+        kept = len(answers.read_text().splitlines())
+        assert 1 <= kept < 4
+        said, status = kernel.run("%%fabnb run --no-probe\n" + toml)
+        assert status == "ok" and "finished: ref answers 4/4 ok" in said, said[-2000:]
+        said, _ = kernel.run("%fabnb results out")
+        assert "ResultsExplorer" in said
+    finally:
+        if kernel is not None:
+            kernel.close()
+        server.kill()
+        server.wait()

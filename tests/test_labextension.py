@@ -1,0 +1,141 @@
+"""fabnb's JupyterLab extension in a real browser (Debian's chromium, Playwright) against a real JupyterLab.
+
+One JupyterLab, installed as the README installs it, serves the whole walk: the launcher's *New experiment*,
+*Plan* and *Run* on the editor's toolbar (a run of 4 calls on the embedded model, the server's own process), the
+runs sidebar until the run is done, a double-click on the run's ``run.fabnb`` (the results viewer: figures,
+rows, one cell in full), and *Rate QA pairs* rated with the keyboard and read back from disk. The questions
+carry hostile HTML: every panel shows it as text. Screenshots are kept in ``tests/artifacts/`` (the docs use
+them).
+
+Checked by breaking it once: with the panels' text set through ``innerHTML`` instead of ``textContent``
+(``labextension/src/api.ts``'s ``el``), the hostile-text assertion failed: the question's ``<img ...>`` became an
+element and its text lost it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fabnb.rating import RatingStore
+
+from conftest import ROOT
+from test_browser import HOSTILE, _chromium, _hostile_qa, _jupyterlab
+
+pytestmark = [pytest.mark.browser, pytest.mark.model]
+
+ARTIFACTS = ROOT / "tests" / "artifacts"
+
+
+def _tiny(text: str, qa: Path) -> str:
+    """The launcher's experiment cut to one question, windows 0.5 and 1K, one metric: 2 answers, 2 judge calls."""
+    for old, new in (("sample = 3 ", "sample = 1 "), ("windows = [0.5, 1, 2]", "windows = [0.5, 1]"),
+                     ('metrics = "all"', 'metrics = ["relevance"]'),
+                     ('source = "fab-bench"             #', f'source = "{qa}"  #')):
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
+def _shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"jupyterlab-{name}.png"))
+
+
+def test_the_extension_end_to_end_in_a_real_browser(tmp_path, fab_bench_dir):
+    from playwright.sync_api import sync_playwright
+
+    qa = _hostile_qa(fab_bench_dir, tmp_path / "qa")
+    work = tmp_path / "lab"
+    work.mkdir()
+    settings = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')  # no news prompt
+    env = {"FABNB_QA_DIR": str(qa), "FABNB_RATINGS_DIR": str(tmp_path / "ratings"),
+           "FABNB_CACHE_DIR": os.environ.get("FABNB_CACHE_DIR", str(tmp_path / "cache")),
+           "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings")}
+    with _jupyterlab(work, env, tmp_path / "lab.log") as (base, token), sync_playwright() as pw:
+        browser = _chromium(pw)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(f"{base}/lab?reset&token={token}")
+            page.wait_for_selector(".jp-Launcher-section:has-text('FAB-Bench')", timeout=90_000)
+            _shot(page, "launcher")
+
+            # New experiment: the commented offline example, written here and opened in the editor.
+            page.locator(".jp-LauncherCard", has_text="New experiment").click()
+            page.wait_for_selector(".fabnb-plan-button", timeout=30_000)
+            assert (work / "experiment.toml").is_file()
+            text = _tiny((work / "experiment.toml").read_text(), qa)
+            page.evaluate("text => window.jupyterapp.shell.currentWidget.context.model.sharedModel.setSource(text)",
+                          text)  # the researcher's edit, typed into the editor's model
+
+            page.locator(".fabnb-plan-button").click()
+            plan = page.locator("#fabnb-plan table")
+            plan.wait_for(timeout=120_000)
+            assert "2 questions" not in page.locator("#fabnb-plan").inner_text()
+            assert "1 questions; 4 calls planned" in page.locator("#fabnb-plan").inner_text()
+            _shot(page, "plan")
+
+            page.locator(".fabnb-run-button").click()  # saves the file, then starts the run on the server
+            run = page.locator("#fabnb-runs .fabnb-run[data-path='fabnb-runs/experiment']")
+            run.wait_for(timeout=60_000)
+            page.wait_for_function("document.querySelector(\"#fabnb-runs .fabnb-run[data-path='fabnb-runs/"
+                                   "experiment'] .fabnb-run-state\")?.textContent.trim() === 'finished'",
+                                   timeout=600_000)
+            assert "answers: 2/2 done" in run.inner_text() and "judge: 2/2 done" in run.inner_text()
+            page.locator(".jp-Notification-Toast, .Toastify__toast", has_text="ended: finished").first.wait_for(
+                timeout=30_000)
+            _shot(page, "runs")
+
+            # The results viewer, by double-click on the run's marker file in the file browser.
+            page.evaluate("() => { window.jupyterapp.commands.execute('filebrowser:go-to-path', "
+                          "{path: 'fabnb-runs/experiment/'}); }")  # not awaited: its promise is not ours
+            page.locator(".jp-DirListing-item", has_text="run.fabnb").dblclick()
+            viewer = page.locator(".fabnb-viewer")
+            viewer.locator(".fabnb-rows tbody tr").first.wait_for(timeout=60_000)
+            assert viewer.locator(".fabnb-rows tbody tr").count() == 2
+            assert "n = 1 / 1" in viewer.locator(".fabnb-summary").inner_text()
+            figures = viewer.locator("img.fabnb-figure")
+            assert figures.count() >= 1
+            page.wait_for_function("[...document.querySelectorAll('.fabnb-viewer img.fabnb-figure')]"
+                                   ".every(i => i.complete && i.naturalWidth > 0)", timeout=30_000)
+            page.evaluate("() => { window.jupyterapp.shell.activateById('fabnb-runs'); }")
+            _shot(page, "viewer")
+            viewer.locator(".fabnb-rows tbody tr").first.click()
+            detail = viewer.locator(".fabnb-detail")
+            detail.locator("h4", has_text="Question").wait_for(timeout=30_000)
+            assert detail.locator(".fabnb-text").first.text_content().startswith(HOSTILE.strip().split(" ")[0])
+            assert viewer.locator("img:not(.fabnb-figure), script").count() == 0
+            assert page.evaluate("window.pwned") is None
+            viewer.locator("select[name='context_k']").select_option("1")
+            page.wait_for_function("document.querySelector('.fabnb-viewer .fabnb-rows').dataset.total === '1'",
+                                   timeout=30_000)
+            _shot(page, "cell")
+
+            # Rate QA pairs: the Voilà rating app in a main-area tab, rated with the keyboard.
+            page.evaluate("() => { window.jupyterapp.commands.execute('fabnb:rate'); }")
+            frame = page.frame_locator(".fabnb-frame iframe")
+            name = frame.locator(".fabnb-rater-name input")
+            name.wait_for(state="visible", timeout=180_000)
+            name.click()
+            page.keyboard.type("lab-rater")
+            page.keyboard.press("Enter")
+            panel = frame.locator(".fabnb-rating")
+            panel.wait_for(state="visible", timeout=60_000)
+            assert panel.locator("img, script").count() == 0
+            item = panel.locator(".fabnb-id").text_content().split(" · ")[0]
+            panel.click(position={"x": 5, "y": 5})
+            for key in "4523":
+                page.keyboard.press(key)
+                page.wait_for_timeout(150)
+            panel.locator(".fabnb-progress", has_text="1 rated").wait_for(timeout=30_000)
+            _shot(page, "rate")
+        finally:
+            browser.close()
+    ratings = RatingStore(tmp_path / "ratings").ratings()
+    mine = ratings[ratings["rater"] == "lab-rater"].set_index("dimension")["score"]
+    assert set(ratings["item_id"]) == {item}
+    assert mine.to_dict() == {"accuracy": 4, "relevance": 5, "difficulty": 2, "diversity": 3}
