@@ -73,6 +73,20 @@ export class RunsPanel extends Widget {
     this.list.replaceChildren(...runs.map(r => this.item(r)));
   }
 
+  /** A button that posts to the server, says any refusal in the panel, then refreshes the list. */
+  private action(label: string, endpoint: string, body: any): HTMLButtonElement {
+    const button = el('button', label, 'jp-Button fabnb-button');
+    button.onclick = async () => {
+      try {
+        await post(endpoint, body);
+      } catch (error) {
+        this.status.textContent = String((error as Error).message);
+      }
+      void this.refresh();
+    };
+    return button;
+  }
+
   private item(r: IRun): HTMLElement {
     const box = el('div', '', `fabnb-run fabnb-state-${r.state.replace(/[^a-z-]/g, '')}`);
     box.dataset.path = r.path;
@@ -96,27 +110,9 @@ export class RunsPanel extends Widget {
       box.append(el('div', r.problem || r.cause || '', 'fabnb-error'));
     }
     if (r.state === 'running' || r.state === 'starting') {
-      const stop = el('button', 'Stop', 'jp-Button fabnb-button');
-      stop.onclick = async () => {
-        try {
-          await post('runs/stop', { path: r.path });
-        } catch (error) {
-          this.status.textContent = String((error as Error).message);
-        }
-        void this.refresh();
-      };
-      box.append(stop);
+      box.append(this.action('Stop', 'runs/stop', { path: r.path }));
     } else if (r.experiment_file && r.state !== 'finished') {
-      const resume = el('button', 'Resume', 'jp-Button fabnb-button');
-      resume.onclick = async () => {
-        try {
-          await post('runs', { file: r.experiment_file });
-        } catch (error) {
-          this.status.textContent = String((error as Error).message);
-        }
-        void this.refresh();
-      };
-      box.append(resume);
+      box.append(this.action('Resume', 'runs', { file: r.experiment_file }));
     }
     return box;
   }
