@@ -113,14 +113,17 @@ def judge_flags(scores: pd.DataFrame, answers: pd.DataFrame | None = None) -> pd
             tokens = by_key.map(lambda t: word_tokens(t) if isinstance(t, str) else None)
             n_words = tokens.map(lambda w: np.nan if w is None else len(w))
             repetitive = tokens.map(lambda w: w is not None and _repeated(w) > REPETITION_SHARE)
-            at = out.set_index(keys).index
-            text = pd.Series(at.map(by_key.to_dict()), index=out.index)
-            words = pd.Series(at.map(n_words.to_dict()), index=out.index).to_numpy(float)
-            raised["repetitive"] = ok & pd.Series(at.map(repetitive.to_dict()), index=out.index).fillna(False).to_numpy(
-                bool)
+            # One left merge puts each answer's values beside its scores (in their order): a MultiIndex.map per
+            # column took 1 s of the explorer's start at the paper's scale.
+            per = pd.DataFrame({"_text": by_key, "_words": n_words, "_rep": repetitive}).reset_index()
+            joined = out[keys].reset_index(drop=True).merge(per, on=keys, how="left")
+            text = pd.Series(joined["_text"].to_numpy(), index=out.index)
+            words = joined["_words"].to_numpy(float)
+            raised["repetitive"] = ok & joined["_rep"].fillna(False).to_numpy(bool)
             raised["empty_high"] = ok & (words < NEAR_EMPTY_WORDS) & (score >= HIGH_SCORE)
         if "reason" in out.columns:
-            raised["empty_reason"] = ok & out["reason"].map(_says_nothing).to_numpy(bool)
+            verdict = {r: _says_nothing(r) for r in pd.unique(out["reason"])}  # a judge repeats its reasons
+            raised["empty_reason"] = ok & out["reason"].map(verdict).fillna(False).to_numpy(bool)
         answer_key = keys + (["replicate"] if "replicate" in out.columns else [])
         judged = pd.DataFrame({"top": ok & (score >= 1.0), "ok": ok}, index=out.index)
         groups = judged.groupby([out[k] for k in answer_key], dropna=False)
