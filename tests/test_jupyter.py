@@ -292,7 +292,7 @@ STOPPABLE = textwrap.dedent("""\
     sys.path.insert(0, {tests!r})
     from stub_openai import StubServer
     from test_experiment import judge_or_echo
-    with StubServer(judge_or_echo, delay=0.4) as s:
+    with StubServer(judge_or_echo, delay=0.25) as s:
         print(s.base_url, flush=True)
         time.sleep(600)
     """)

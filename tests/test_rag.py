@@ -187,28 +187,72 @@ def test_anythingllm_contract():
         assert "sk-secret" not in repr(a)
 
 
-def test_ragflow_contract_with_and_without_references():
-    refs = {"chunks": [{"id": "c9", "content": "nitride etch text", "document_name": "d1.pdf", "similarity": 0.8}]}
+def _ragflow_reply(chat_id: str, content: str, reference: list | None) -> dict:
+    """A non-streaming answer as RAGFlow writes it, field for field: ``openai_chat_completions`` in
+    infiniflow/ragflow ``api/apps/restful_apis/openai_api.py`` at commit 63a8da24 (RAGFlow 1.0's route; the
+    deprecated ``chat_completion_openai_like`` in ``api/apps/sdk/session.py`` at a37b234b writes the same shape),
+    its chunks as ``chunks_format`` (``rag/prompts/generator.py``) lists them."""
+    body = {"id": f"chatcmpl-{chat_id}", "object": "chat.completion", "created": 1764633600, "model": "model",
+            "usage": {"prompt_tokens": 30, "completion_tokens": 6, "total_tokens": 36,
+                      "completion_tokens_details": {"reasoning_tokens": 30, "accepted_prediction_tokens": 6,
+                                                    "rejected_prediction_tokens": 0}},
+            "choices": [{"message": {"role": "assistant", "content": content}, "logprobs": None,
+                         "finish_reason": "stop", "index": 0}]}
+    if reference is not None:
+        body["choices"][0]["message"]["reference"] = reference
+    return body
 
+
+RAGFLOW_CHUNK = {"id": "c9", "content": "nitride etch text", "document_id": "doc-1", "document_name": "d1.pdf",
+                 "dataset_id": "kb-1", "image_id": "", "positions": [[1, 10, 200, 30, 80]], "url": None,
+                 "similarity": 0.8, "vector_similarity": 0.75, "term_similarity": 0.9, "doc_type": ""}
+
+
+def test_ragflow_current_path_with_and_without_references():
     def reply(request, n):
-        message = {"role": "assistant", "content": "About 5 nm/min."}
-        if n == 1:
-            message["reference"] = refs
-        return 200, {"id": "x", "object": "chat.completion", "model": "m", "choices": [
-            {"index": 0, "message": message, "finish_reason": "stop"}], "usage": {"prompt_tokens": 30,
-                                                                                 "completion_tokens": 6}}, {}
+        return 200, _ragflow_reply("chat42", "About 5 nm/min.", [RAGFLOW_CHUNK] if n == 1 else None), {}
 
     with StubServer(reply) as server:
         a = RAGFlow(server.root, "chat42", api_key="rf-key")
         first = a.ask("Etch rate?", RAGConfig(4))
-        assert server.paths[-1] == "/api/v1/chats_openai/chat42/chat/completions"
+        assert server.paths[-1] == "/api/v1/openai/chat42/chat/completions"
         body = server.requests[-1]
         assert body["messages"] == [{"role": "user", "content": "Etch rate?"}] and body["stream"] is False
+        assert body["model"] == "model"  # RAGFlow's placeholder: the chat assistant's own model answers
         assert body["max_tokens"] == 1024 and body["extra_body"] == {"reference": True}
         assert first.sources == [{"id": "c9", "doc_id": "d1.pdf", "text": "nitride etch text", "score": 0.8}]
         assert (first.prompt_tokens, first.completion_tokens) == (30, 6)
         second = a.ask("Etch rate?", RAGConfig(4))
         assert second.sources is None and second.context_signal is not None  # Appendix F: inferred
+        assert "rf-key" not in repr(a)
+
+
+def test_ragflow_before_1_0_falls_back_to_the_deprecated_path_once():
+    """A server without the current route (HTTP 404) is asked on /api/v1/chats_openai/... from then on."""
+    paths = []
+
+    def reply(request, n):
+        if paths[-1].startswith("/api/v1/openai/"):  # a RAGFlow before 1.0: no such route
+            return 404, "<!doctype html><title>404 Not Found</title>", {"Content-Type": "text/html"}
+        return 200, _ragflow_reply("chat42", "About 5 nm/min.", [RAGFLOW_CHUNK]), {}
+
+    with StubServer(reply) as server:
+        paths = server.paths  # appended before each reply is asked for
+        a = RAGFlow(server.root, "chat42")
+        answers = [a.ask("Etch rate?", RAGConfig(4)) for _ in range(2)]
+    assert server.paths == ["/api/v1/openai/chat42/chat/completions"] + \
+        ["/api/v1/chats_openai/chat42/chat/completions"] * 2  # the 404 once, never again
+    assert all(x.sources[0]["doc_id"] == "d1.pdf" for x in answers)
+
+
+def test_ragflow_other_errors_are_not_taken_for_an_old_server():
+    def reply(request, n):
+        return 401, {"code": 401, "message": "Authentication error: API key is invalid!"}, {}
+
+    with StubServer(reply) as server:
+        with pytest.raises(RAGError, match="HTTP 401") as info:
+            RAGFlow(server.root, "chat42", api_key="bad").ask("Etch rate?", RAGConfig(4))
+        assert info.value.cause == "http-401" and len(server.paths) == 1
 
 
 def test_maxkb_exposes_no_sources_and_gets_the_heuristic():

@@ -278,31 +278,49 @@ class AnythingLLM(HTTPAdapter):
 
 
 class RAGFlow(HTTPAdapter):
-    """RAGFlow's OpenAI-compatible chat endpoint (``/api/v1/chats_openai/{chat_id}/chat/completions``).
+    """RAGFlow's OpenAI-compatible chat endpoint, the current path first, the deprecated one where it is missing.
 
-    It asks for references (``extra_body.reference``); where the server returns
-    ``choices[0].message.reference.chunks`` they become the sources, otherwise the
-    answer has none and, as Appendix F says, attribution is inferred from the content.
+    RAGFlow 1.0 serves ``/api/v1/openai/{chat_id}/chat/completions`` (``api/apps/restful_apis/openai_api.py``);
+    releases before it serve ``/api/v1/chats_openai/{chat_id}/chat/completions`` (``api/apps/sdk/session.py``),
+    deprecated in 0.27. The adapter asks the current path; an HTTP 404 there moves it to the deprecated path for
+    good. Both answer ``stream: false`` with the OpenAI shape and, asked with ``extra_body.reference``, put the
+    retrieved chunks as a list in ``choices[0].message.reference`` (``chunks_format``: id, content, document_id,
+    document_name, dataset_id, positions, url, similarity, ...): they become the sources. An answer without
+    them has none and, as Appendix F says, its attribution is inferred from the content.
     """
 
+    PATHS = ("/api/v1/openai/{chat_id}/chat/completions", "/api/v1/chats_openai/{chat_id}/chat/completions")
+
     def __init__(self, base_url: str, chat_id: str, api_key: str | None = None, model: str = "model", **kwargs):
-        super().__init__("ragflow", f"{base_url.rstrip('/')}/api/v1/chats_openai/{chat_id}/chat/completions",
-                         _openai_body(model, {"extra_body": {"reference": True}}), "choices.0.message.content",
-                         "choices.0.message.reference.chunks", source_text="content", source_id="id",
-                         api_key=api_key, model=model, **kwargs)
+        self.urls = [base_url.rstrip("/") + p.format(chat_id=chat_id) for p in self.PATHS]
+        super().__init__("ragflow", self.urls[0], _openai_body(model, {"extra_body": {"reference": True}}),
+                         "choices.0.message.content", "choices.0.message.reference", source_text="content",
+                         source_id="id", api_key=api_key, model=model, **kwargs)
+
+    def post(self, url: str, body: dict) -> dict:
+        try:
+            return super().post(url, body)
+        except RAGError as exc:
+            if exc.cause != "http-404" or url != self.urls[0]:
+                raise
+        self.url = self.urls[1]  # a server before RAGFlow 1.0: the deprecated path from now on
+        return super().post(self.url, body)
 
     def parse(self, data) -> Answer:
         answer = super().parse(data)
-        raw = []
         try:
-            raw = get_path(data, "choices.0.message.reference.chunks")
+            raw = get_path(data, "choices.0.message.reference")
         except KeyError:
-            pass
+            raw = None
+        if isinstance(raw, dict):  # a reference object rather than its chunks: read its chunks
+            raw = raw.get("chunks")
+            answer.sources = [{"id": str(r.get("id", i)), "doc_id": "", "text": str(r.get("content", "")),
+                               "score": None} for i, r in enumerate(raw or []) if isinstance(r, dict)]
         if not raw:  # no references returned: fall back to Appendix F's inference
             answer.sources = None
             answer.context_signal = detect_context_use(answer.answer, self._kb)["context_signal"]
         else:
-            for s, r in zip(answer.sources, raw):
+            for s, r in zip(answer.sources, [r for r in raw if isinstance(r, dict)]):
                 s["doc_id"] = str(r.get("document_name") or r.get("document_id") or s["doc_id"])
                 s["score"] = r.get("similarity", s["score"])
         return answer
