@@ -286,6 +286,19 @@ class _Usage:
             self.records.append(record)
 
 
+def _reset_not_timeout(exc: BaseException) -> bool:
+    """Whether a "timeout" is a connection the server closed: httpx-aiohttp reports aiohttp's "Can not write
+    request body" (a kept-alive connection closed as the request went out, at once) as httpx.ConnectTimeout,
+    which openai calls APITimeoutError. The chain then holds an OSError that is no TimeoutError, and none that is."""
+    chain, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return (any(isinstance(e, OSError) and not isinstance(e, TimeoutError) for e in chain)
+            and not any(isinstance(e, TimeoutError) for e in chain))
+
+
 class LLM:
     """A chat model behind an OpenAI-compatible endpoint.
 
@@ -535,7 +548,7 @@ class LLM:
         if isinstance(exc, _BadReply):
             cause = exc.cause
         elif isinstance(exc, openai.APITimeoutError):
-            cause = "timeout"
+            cause = "connection" if _reset_not_timeout(exc) else "timeout"
         elif isinstance(exc, openai.APIConnectionError):
             cause = "connection"
         elif isinstance(exc, openai.RateLimitError):
