@@ -288,14 +288,16 @@ class _Usage:
 
 def _reset_not_timeout(exc: BaseException) -> bool:
     """Whether a "timeout" is a connection the server closed: httpx-aiohttp reports aiohttp's "Can not write
-    request body" (a kept-alive connection closed as the request went out, at once) as httpx.ConnectTimeout,
-    which openai calls APITimeoutError. The chain then holds an OSError that is no TimeoutError, and none that is."""
+    request body" and "Server disconnected" (a kept-alive connection closed under the request) as
+    httpx.ConnectTimeout, which openai calls APITimeoutError. The chain then holds a connection error, no timeout."""
+    from aiohttp import ClientConnectionError  # openai[aiohttp]'s transport; ServerTimeoutError is a TimeoutError
+
     chain, seen = [], set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         chain.append(exc)
         exc = exc.__cause__ or exc.__context__
-    return (any(isinstance(e, OSError) and not isinstance(e, TimeoutError) for e in chain)
+    return (any(isinstance(e, (OSError, ClientConnectionError)) for e in chain)
             and not any(isinstance(e, TimeoutError) for e in chain))
 
 

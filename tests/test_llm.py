@@ -380,7 +380,7 @@ def test_a_server_that_closes_every_connection_after_its_reply_fails_no_call_it_
                   backoff=0.01, concurrency=32)
         first = llm.map([f"q{i}" for i in range(300)], error_policy="record")
         failed = [r for r in first if isinstance(r, Failure)]
-        assert all(r.cause == "connection" for r in failed)  # recorded with its cause, never a crash
+        assert all(r.cause == "connection" for r in failed), [r.error for r in failed]  # never a crash
         before = len(server.requests)
         again = llm.map([f"q{i}" for i in range(300)], error_policy="record")
         assert len(server.requests) - before <= len(failed)  # a rerun asks only what failed
@@ -407,6 +407,9 @@ def test_a_connection_closed_as_the_request_went_out_is_a_connection_failure_not
                   aiohttp.ClientOSError(None, "Can not write request body"),
                   aiohttp.ClientConnectionResetError("Cannot write to closing transport"))
     assert llm._failure(reset, 1)[0].cause == "connection"
+    dropped = chain(openai.APITimeoutError(request), httpx.ConnectTimeout("Server disconnected"),
+                    aiohttp.ServerDisconnectedError("Server disconnected"))  # seen under load, once in 2,400 calls
+    assert llm._failure(dropped, 1)[0].cause == "connection"
     waited = chain(openai.APITimeoutError(request), httpx.ReadTimeout("timed out"), TimeoutError("timed out"))
     assert llm._failure(waited, 1)[0].cause == "timeout"
     server_timeout = chain(openai.APITimeoutError(request), httpx.ReadTimeout("t"), aiohttp.ServerTimeoutError("t"))
