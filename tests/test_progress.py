@@ -31,8 +31,8 @@ def test_the_progress_file_is_rewritten_at_a_bounded_rate(tmp_path, monkeypatch)
     clock, writes = Clock(), []
     import fabnb.experiment.progress as progress
 
-    real = progress._write_json
-    monkeypatch.setattr(progress, "_write_json", lambda path, data: (writes.append(data), real(path, data)))
+    real = progress.write_json
+    monkeypatch.setattr(progress, "write_json", lambda path, data: (writes.append(data), real(path, data)))
     bar = ProgressFile(tmp_path, total=100, desc="answers", every=1.0, clock=clock)
     for _ in range(50):  # 50 calls in 0.5 s: no write between the first and the next second
         clock.t += 0.01

@@ -60,6 +60,7 @@ from .output import (
                      stored,
                      stores,
                      tally,
+                     write_json,
                      write_manifest,
 )
 from .planning import PLAN_COLUMNS, PROBE_COLUMNS, Plan, plan, probe_endpoints
@@ -74,4 +75,5 @@ __all__ = ["COVERAGE_COLUMNS", "FAILURE_COLUMNS", "FEW_QUESTIONS", "MARKER", "PL
            "QuestionsSpec", "ReportSpec", "SystemKind", "SystemSpec", "adapter_settings", "caveats", "check_output",
            "cost_of", "coverage", "failures", "find_runs", "plan", "price_of", "price_text", "prices_from_table",
            "probe_endpoints", "read_manifest", "read_progress", "run_experiment", "run_status", "spent", "stored",
-           "stores", "tally", "write_manifest", "write_marker", "write_report"]
+           "stores", "tally", "write_json", "write_manifest", "write_marker",
+           "write_report"]

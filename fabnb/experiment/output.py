@@ -23,7 +23,7 @@ from .config import Experiment, ExperimentError
 from .prices import cost_of
 
 __all__ = ["FAILURE_COLUMNS", "TALLY_COLUMNS", "check_output", "failures", "read_manifest", "spent", "stored",
-           "stores", "tally", "write_manifest"]
+           "stores", "tally", "write_json", "write_manifest"]
 
 TALLY_COLUMNS = ["system", "stage", "planned", "ok", "failed", "prompt_tokens", "completion_tokens", "cost_usd"]
 FAILURE_COLUMNS = ["system", "stage", "cause", "cells"]
@@ -59,11 +59,16 @@ def json_records(frame: pd.DataFrame) -> list[dict]:
     return json.loads(frame.to_json(orient="records"))
 
 
+def write_json(path: Path, data: dict, indent: int | None = None) -> None:
+    """Write a JSON file whole or not at all (``<name>.tmp``, then a rename): a kill never leaves half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=indent, default=str, allow_nan=False), encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def write_manifest(out: Path, manifest: dict) -> None:
     """Write ``manifest.json`` whole or not at all: a kill never leaves half a manifest."""
-    tmp = out / "manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, default=str, allow_nan=False), encoding="utf-8")
-    os.replace(tmp, out / "manifest.json")
+    write_json(out / "manifest.json", manifest, indent=2)
 
 
 def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from ..records import held_by
-from .output import now
+from .output import now, write_json
 
 __all__ = ["MARKER", "PROGRESS", "RUN_STATES", "ProgressFile", "find_runs", "read_progress", "run_status",
            "write_marker"]
@@ -44,19 +44,12 @@ RUN_STATES = ("new", "running", "interrupted", "finished", "stopped", "stopped-b
 _SKIP = {"node_modules", "site-packages", "__pycache__"}
 
 
-def _write_json(path: Path, data: dict) -> None:
-    """Whole or not at all: a reader never sees half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, default=str, allow_nan=False), encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def write_marker(out: Path, name: str, experiment_file: str) -> Path:
     """Write ``run.fabnb`` into a run's folder (again at every run: it names the experiment that last ran)."""
     from .. import __version__
 
     path = Path(out) / MARKER
-    _write_json(path, {"fabnb_run": 1, "name": name, "experiment_file": experiment_file, "fabnb": __version__})
+    write_json(path, {"fabnb_run": 1, "name": name, "experiment_file": experiment_file, "fabnb": __version__})
     return path
 
 
@@ -137,7 +130,7 @@ class ProgressFile:
         rate = (done - self._n0) / elapsed if elapsed > 0 and done > self._n0 else None
         eta = round((total - done) / rate, 1) if rate and total >= done else None
         try:
-            _write_json(self.path, {"state": state, "stage": self.desc, "done": done, "total": total,
+            write_json(self.path, {"state": state, "stage": self.desc, "done": done, "total": total,
                                     "rate_per_s": None if rate is None else round(rate, 3), "eta_s": eta,
                                     "updated": now()})
         except OSError:
@@ -165,16 +158,19 @@ def read_progress(out: Path) -> dict | None:
 def _stage_rows(manifest: dict, progress: dict | None, in_flight: bool) -> list[dict]:
     """One row per stage (answers, judge): planned, ok, failed, and its state (planned, done, failed, in flight)."""
     stages: dict[str, dict] = {}
+
+    def stage(row: dict) -> dict:
+        name = str(row.get("stage"))
+        return stages.setdefault(name, {"stage": name, "planned": 0, "ok": 0, "failed": 0, "cost_usd": 0.0})
+
     for row in manifest.get("stages") or []:
-        s = stages.setdefault(str(row.get("stage")), {"stage": str(row.get("stage")), "planned": 0, "ok": 0,
-                                                      "failed": 0, "cost_usd": 0.0})
+        s = stage(row)
         for k in ("planned", "ok", "failed"):
             s[k] += int(row.get(k) or 0)
         s["cost_usd"] += float(row.get("cost_usd") or 0.0)
     if not stages:  # a run's first stage: the plan says what is planned
         for row in manifest.get("planned") or []:
-            s = stages.setdefault(str(row.get("stage")), {"stage": str(row.get("stage")), "planned": 0, "ok": 0,
-                                                          "failed": 0, "cost_usd": 0.0})
+            s = stage(row)
             s["planned"] += int(row.get("calls") or 0)
             s["ok"] += int(row.get("done") or 0)
     live = progress.get("stage") if in_flight and progress else None

@@ -235,13 +235,13 @@ def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo, move
         write_manifest(out, manifest)
         return t
 
-    shown = None
+    todo, shown = int(plan_.table["todo"].sum()), None
     if progress:
         from tqdm.auto import tqdm
 
-        shown = tqdm(total=int(plan_.table["todo"].sum()), desc="answers", unit="call")
+        shown = tqdm(total=todo, desc="answers", unit="call")
     # The bar goes through progress.json, which JupyterLab's runs sidebar reads while the stages run.
-    bar = ProgressFile(out, shown, total=int(plan_.table["todo"].sum()), desc="answers")
+    bar = ProgressFile(out, shown, total=todo, desc="answers")
     try:
         finished = _answer_stage(exp, [built[s.name] for s in exp.systems], questions, plan_, bar)
         save("running")
