@@ -36,7 +36,7 @@ import pandas as pd
 
 from .schema import METRICS, RESULT_KEYS
 
-__all__ = ["CELL_COLUMNS", "EXPLORE_CELL", "Explorer", "serve_explorer"]
+__all__ = ["CELL_COLUMNS", "EXPLORE_CELL", "Explorer", "plain_rows", "serve_explorer"]
 
 #: The columns of :meth:`Explorer.view`, before the metric columns.
 CELL_COLUMNS = [*RESULT_KEYS, "test_type", "question_format", "state", "gold_retrieved", "judge_failures", "flags",
@@ -240,7 +240,7 @@ class Explorer:
     def page(self, number: int = 0) -> list[dict]:
         """One page of the view as plain records (what goes to a browser): only these rows."""
         rows = self.view().iloc[number * self.page_size:(number + 1) * self.page_size]
-        return [{k: _plain(v) for k, v in r.items()} for r in rows.to_dict("records")]
+        return plain_rows(rows)
 
     def export(self, path: str | Path) -> Path:
         """Write the view (what the filters show, in its order) as CSV."""
@@ -288,7 +288,7 @@ class Explorer:
                             for i, x in enumerate(sources)],
                 "answer": "" if pd.isna(ans.get("answer", np.nan)) else str(ans.get("answer")),
                 "error": "" if pd.isna(ans.get("error", np.nan)) else str(ans.get("error") or ""),
-                "scores": [{k: _plain(v) for k, v in r.items()} for r in rows.to_dict("records")],
+                "scores": plain_rows(rows),
                 "reference": reference}
 
     # ------------------------------------------------------------ two configurations
@@ -324,6 +324,11 @@ class Explorer:
         col = metric or "average"
         out["drop"] = out[f"{col}_a"] - out[f"{col}_b"]
         return out.sort_values("drop", ascending=False, na_position="last").reset_index()
+
+
+def plain_rows(frame: pd.DataFrame) -> list[dict]:
+    """A frame's rows as JSON-ready dicts (each value through :func:`_plain`), for a browser."""
+    return [{k: _plain(v) for k, v in r.items()} for r in frame.to_dict("records")]
 
 
 def _plain(value):

@@ -353,10 +353,14 @@ class Experiment:
         ms = [s.endpoint.model for s in self.systems if s.uses_endpoint] + [self.judge.model]
         return list(dict.fromkeys(ms))
 
+    def missing_env(self) -> list[tuple[str, str]]:
+        """(who, variable) for every environment variable the file names that is not set here."""
+        return [(s.name, v) for s in self.systems for v in s.endpoint.missing_env()] + \
+            [("judge", v) for v in self.judge.missing_env()]
+
     def check_environment(self) -> None:
         """Raise :class:`ExperimentError` naming every environment variable the file names that is not set."""
-        missing = [(s.name, v) for s in self.systems for v in s.endpoint.missing_env()]
-        missing += [("judge", v) for v in self.judge.missing_env()]
+        missing = self.missing_env()
         if missing:
             said = "; ".join(f"{v} (for {who}) is {'empty' if v in os.environ else 'not set'}" for who, v in missing)
             raise ExperimentError(f"{self.source}: environment variable(s) not usable: {said}. Export them before "

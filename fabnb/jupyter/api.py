@@ -62,7 +62,8 @@ def _rel(root: Path, path: Path) -> str:
 
 
 def runs(root: str | Path, jobs=None) -> list[dict]:
-    """Every run under the root (:func:`fabnb.experiment.progress.find_runs`) with its status, newest first.
+    """Every run under the root (:func:`fabnb.experiment.progress.find_runs`) with its status: the running ones
+    first, then by the time their last run started.
 
     Reads each run's marker, manifest and progress file, never a store. ``jobs`` (the server's
     :class:`fabnb.jupyter.jobs.Jobs`) adds ``started_here`` to the runs this server started.
@@ -76,7 +77,7 @@ def runs(root: str | Path, jobs=None) -> list[dict]:
         r["started_here"] = str((root / r["path"]).resolve()) in mine
         if r["started_here"] and r["state"] == "new":
             r["state"] = "starting"  # its process is up and has not taken its folder yet
-    return sorted(out, key=lambda r: (r["state"] != "running", str(r.get("started") or "")), reverse=False)
+    return sorted(out, key=lambda r: (r["state"] != "running", str(r.get("started") or "")))
 
 
 def plan(root: str | Path, rel: str) -> dict:
@@ -99,7 +100,7 @@ def plan(root: str | Path, rel: str) -> dict:
         exp = Experiment.from_file(path)
     except FabnbError as exc:
         return {"ok": False, "error": str(exc)}
-    missing = [v for s in exp.systems for v in s.endpoint.missing_env()] + list(exp.judge.missing_env())
+    missing = [v for _, v in exp.missing_env()]
     out_rel = _rel(root, exp.output) if Path(root).resolve() in exp.output.resolve().parents else None
     base = {"output": out_rel, "missing_env": sorted(set(missing)),
             "running": held_by(exp.output) if exp.output.is_dir() else None}
@@ -174,6 +175,15 @@ def _filters(query: dict) -> dict:
         except ValueError:
             raise ApiError(f"filter {key}={raw!r} is not a {kind.__name__}.") from None
     return out
+
+
+def _page(frame, page: int, size: int) -> dict:
+    """One page of a frame as the browser gets it: total, page, columns, rows (only that page's)."""
+    from ..explorer import plain_rows
+
+    page = max(0, int(page))
+    return {"total": int(len(frame)), "page": page, "columns": list(frame.columns),
+            "rows": plain_rows(frame.iloc[page * size:(page + 1) * size])}
 
 
 class Results:
@@ -261,13 +271,7 @@ class Results:
             ex.filter(**_filters(query)).sort(sort, descending)
         except ValueError as exc:
             raise ApiError(str(exc)) from None
-        view = ex.view()
-        page = max(0, int(page))
-        rows = view.iloc[page * ex.page_size:(page + 1) * ex.page_size]
-        from ..explorer import _plain
-
-        return {"total": int(len(view)), "page": page, "page_size": ex.page_size, "columns": list(view.columns),
-                "rows": [{k: _plain(v) for k, v in r.items()} for r in rows.to_dict("records")]}
+        return {**_page(ex.view(), page, ex.page_size), "page_size": ex.page_size}
 
     def cell(self, rel: str, key: dict) -> dict:
         """One cell in full (:meth:`fabnb.explorer.Explorer.detail`)."""
@@ -284,16 +288,12 @@ class Results:
 
     def compare(self, rel: str, a: dict, b: dict, metric: str | None = None, page: int = 0) -> dict:
         """Two configurations question by question, largest drop first: total, page, columns, rows."""
-        from ..explorer import _plain
-
         ex, _ = self.explorer(rel)
         try:
             table = ex.compare(a, b, metric or None)
         except ValueError as exc:
             raise ApiError(str(exc)) from None
-        rows = table.iloc[page * self.page_size:(page + 1) * self.page_size]
-        return {"total": int(len(table)), "page": page, "columns": list(table.columns),
-                "rows": [{k: _plain(v) for k, v in r.items()} for r in rows.to_dict("records")]}
+        return _page(table, page, self.page_size)
 
 
 def loads(text: str | None, what: str) -> dict:

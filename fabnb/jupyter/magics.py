@@ -98,13 +98,8 @@ def load_ipython_extension(ipython) -> None:
     """Register ``%fabnb`` and ``%%fabnb`` (``%load_ext fabnb``)."""
     def fabnb(line: str, cell: str | None = None):
         try:
-            args = parse(line)
-        except ValueError as exc:
-            print(exc)
-            return None
-        try:
-            return run_cell(args, cell, cwd=Path.cwd())
-        except ValueError as exc:
+            return run_cell(parse(line), cell, cwd=Path.cwd())
+        except ValueError as exc:  # a usage error or a cell that is not TOML: said in the cell, no traceback
             print(exc)
             return None
 
