@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fabnb.rag.grid import _measures  # what the grid stores with each answer for the sanity flags
 from fabnb.schema import METRICS
 
 PAPER_CONTEXTS = (4, 8, 10, 12, 14, 16, 18, 20, 24, 28, 32)
@@ -44,8 +45,9 @@ def write_stores(folder: Path, seed: int = 0) -> None:
                            "test_id": tid}
                     sources = [{"id": f"c{j}", "doc_id": f"D{rng.integers(300)}", "text": passage(),
                                 "score": float(1 - j / 10)} for j in range(4)]
+                    answer = passage()[:1500]
                     a.write(json.dumps({**key, "output_tokens": 1024, "status": "ok", "cause": "", "error": "",
-                                        "answer": passage()[:1500], "n_sources": 4, "sources_exposed": True,
+                                        "answer": answer, **_measures(answer), "n_sources": 4, "sources_exposed": True,
                                         "sources": sources, "gold_retrieved": bool(rng.random() < 0.7),
                                         "ts": time.time()}) + "\n")
                     for metric in METRICS:

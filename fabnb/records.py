@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pandas as pd
 
 from .errors import FabnbError
@@ -46,6 +47,15 @@ class HeldError(FabnbError):
 
 class CutRecordWarning(UserWarning):
     """A store holds a line that is cut off or not a record; it is skipped (its cell is asked again), not deleted."""
+
+
+def _loads(raw: bytes):
+    """One stored line's JSON: orjson first (it reads a store 2-3x faster, the results viewer's cold open), json
+    for what orjson refuses and json takes (NaN, integers past 64 bits) and for the message of a cut line."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
 
 
 _warned: set = set()  # (file, line): each cut line is reported once per process
@@ -271,14 +281,14 @@ def read_jsonl(path: str | Path, required: tuple[str, ...] = (), drop: tuple[str
     (records, problems)
         problems: dicts of file, line, message.
     """
-    out, problems = [], []
+    out, problems, need = [], [], set(required)
     with open(path, "rb") as fh:
         for n, raw in enumerate(fh, start=1):
-            if not raw.strip():
+            if raw.isspace():  # not raw.strip(): that copies every line (a store's lines are up to ~20 KB)
                 continue
             try:
-                rec = json.loads(raw)
-                if not isinstance(rec, dict) or any(k not in rec for k in required):
+                rec = _loads(raw)
+                if not isinstance(rec, dict) or not need <= rec.keys():
                     raise ValueError(f"not a record with {', '.join(required) or 'fields'}")
             except ValueError as exc:
                 problems.append({"file": str(path), "line": n,

@@ -379,6 +379,42 @@ def test_the_repeated_answer_that_scored_ten_everywhere_is_flagged():
     assert "flags" not in scores.columns  # the input is not changed
 
 
+def test_the_grid_stores_what_the_flags_read_and_a_store_without_it_gets_the_same_flags(tmp_path, monkeypatch):
+    """The answer flags' word counts and repetition shares are written with each answer (a results view does not
+    tokenize 8,800 answers to open); an answer stored without them gets them on reading, with the same flags."""
+    import fabnb.judge.sanity as sanity
+    from fabnb.judge.sanity import judge_flags
+    from fabnb.rag import Answer, run_grid
+    from fabnb.records import ResultsStore
+    from fabnb.text import repetition_share, word_tokens
+
+    texts = {"q1": "1200 cm2/V·s " * 7, "q2": "Strain raises the hole mobility, as the cited measurement shows.",
+             "q3": "B"}
+
+    class Scripted:
+        name, model, sources_exposed = "scripted", "none", False
+
+        def ask(self, question, config, gold_context=None):
+            return Answer(texts[question])
+
+    questions = pd.DataFrame({"test_id": list(texts), "question": list(texts)})
+    run_grid([Scripted()], questions, [1], tmp_path / "answers.jsonl", progress=False)
+    stored = ResultsStore(tmp_path / "answers.jsonl").frame()
+    assert stored.set_index("test_id")["answer_words"].to_dict() == {t: len(word_tokens(v)) for t, v in texts.items()}
+    assert stored.set_index("test_id")["answer_repetition"].to_dict() == {t: repetition_share(v)
+                                                                          for t, v in texts.items()}
+    scores = pd.concat([_flag_frames(None, {"depth": 0.9, "relevance": 1.0}, test_id=t, system="scripted",
+                                     model="none")[0] for t in texts])
+    old = stored.drop(columns=["answer_words", "answer_repetition"])
+    computed = judge_flags(scores, old)["flags"].tolist()
+    assert computed == ["repetitive"] * 2 + [""] * 2 + ["empty_high"] * 2
+    monkeypatch.setattr(sanity, "word_tokens", lambda text: pytest.fail(f"tokenized a stored answer: {text!r}"))
+    assert judge_flags(scores, stored)["flags"].tolist() == computed
+    mixed = pd.concat([stored.head(2), old.tail(1)])  # one answer from an older store: only it is tokenized
+    monkeypatch.setattr(sanity, "word_tokens", word_tokens)
+    assert judge_flags(scores, mixed)["flags"].tolist() == computed
+
+
 def test_each_flag_fires_on_its_case_and_not_on_a_plain_good_answer():
     from fabnb.judge.sanity import judge_flags
 

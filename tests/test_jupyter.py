@@ -194,6 +194,14 @@ def _get(jp_fetch, loop, *parts, **kwargs):
     return loop.run_until_complete(jp_fetch("fabnb", "api", *parts, **kwargs))
 
 
+def test_warming_imports_what_a_first_open_needs_once():
+    code = ("import sys; from fabnb.jupyter.api import Results; r = Results('.'); "
+            "assert 'pandas' not in sys.modules and 'fabnb.explorer' not in sys.modules; "
+            "t = r.warm(); t.join(); assert {'pandas', 'fabnb.explorer', 'fabnb.rag'} <= set(sys.modules); "
+            "assert r.warm() is None")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
 def test_routes_refuse_requests_without_authentication(jp_fetch, jp_asyncio_loop):
     for parts, method, body in [(("runs",), "GET", None), (("runs",), "POST", "{}"), (("doctor",), "GET", None),
                                 (("results", "summary"), "GET", None), (("plan",), "GET", None)]:
@@ -208,9 +216,12 @@ def test_routes_refuse_requests_without_authentication(jp_fetch, jp_asyncio_loop
     assert info.value.code == 403
 
 
-def test_routes_answer_the_runs_and_the_results(jp_fetch, jp_asyncio_loop):
+def test_routes_answer_the_runs_and_the_results(jp_fetch, jp_asyncio_loop, jp_serverapp):
+    results = jp_serverapp.web_app.settings["fabnb_results"]
+    assert results._warming is None
     runs = json.loads(_get(jp_fetch, jp_asyncio_loop, "runs").body)
     assert [(r["path"], r["state"]) for r in runs] == [("study/out", "finished")]
+    assert results._warming is not None  # a run to open: the viewer's imports are being made
     summary = json.loads(_get(jp_fetch, jp_asyncio_loop, "results", "summary", params={"path": "study/out"}).body)
     assert summary["cells"] == 16 and summary["figures"] == []  # the study's report draws none (figures = [])
     page = json.loads(_get(jp_fetch, jp_asyncio_loop, "results", "cells", params={

@@ -75,6 +75,17 @@ with hold(sys.argv[1], "a test"):
 """
 
 
+def test_every_line_json_writes_is_read_back_as_json_reads_it(tmp_path):
+    """The stores are read with orjson for speed: what it refuses and Python's json writes (NaN, infinities, integers
+    past 64 bits) still reads, the same as json reads it, and blank lines are skipped."""
+    path = tmp_path / "scores.jsonl"
+    records = [{"test_id": "Q1", "score": float("nan"), "raw": float("inf"), "big": 2 ** 70, "text": "é \u2028"},
+               {"test_id": "Q2", "score": 0.1 + 0.2, "reason": None, "sources": [{"text": "x" * 20_000}]}]
+    path.write_text(json.dumps(records[0]) + "\n\n  \n" + json.dumps(records[1]) + "\n")
+    read, problems = read_jsonl(path, required=("test_id",))
+    assert problems == [] and json.dumps(read) == json.dumps(records)
+
+
 def test_a_second_holder_is_refused_naming_the_process_and_a_killed_one_leaves_no_lock(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:

@@ -25,10 +25,10 @@ import numpy as np
 import pandas as pd
 
 from ..schema import RESULT_KEYS
-from ..text import word_tokens
+from ..text import ngram_repetition, repetition_share, word_tokens
 
-__all__ = ["FLAGS", "HIGH_SCORE", "MIN_REASON_WORDS", "NEAR_EMPTY_WORDS", "REPETITION_SHARE", "judge_flags",
-           "repetition_share"]
+__all__ = ["FLAGS", "HIGH_SCORE", "MIN_REASON_WORDS", "NEAR_EMPTY_WORDS", "REPETITION_SHARE", "answer_measures",
+           "judge_flags", "repetition_share"]
 
 #: Share of an answer's word trigrams that repeat an earlier one, above which the answer is "repetitive". The 200
 #: released gold answers range 0 to 0.25 (median 0.02, 99th percentile 0.16); an answer that says one phrase seven
@@ -56,22 +56,33 @@ _EMPTY_WORDS = frozenset(
     "out rate rated rating reason reasons same score scored scores so that the this to was were which with".split())
 
 
-def repetition_share(text, n: int = 3) -> float:
-    """Share of the word ``n``-grams of ``text`` that repeat an earlier one (0 for fewer than ``n`` words)."""
-    return _repeated(word_tokens(str(text or "")), n)
-
-
-def _repeated(words: list[str], n: int = 3) -> float:
-    words = [w.lower() for w in words]
-    grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
-    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
-
-
 def _says_nothing(reason) -> bool:
     if not isinstance(reason, str):
         return False  # no reason stored (an older store, or a frame read without it): nothing to judge
     content = [w for w in re.findall(r"[a-z]+", reason.lower()) if w not in _EMPTY_WORDS and len(w) > 1]
     return len(content) < MIN_REASON_WORDS
+
+
+def answer_measures(answers: pd.DataFrame) -> pd.DataFrame:
+    """Each answer's word count and word-trigram repetition share: answer_words, answer_repetition (NaN where
+    there is no answer text), indexed as ``answers`` (which needs an ``answer`` column).
+
+    The grid stores both with each answer (tokenizing 8,800 answers was a third of the results viewer's cold
+    open); an answer stored without them (an older store, a file of the user's) gets them here, from the same
+    :func:`fabnb.text.word_tokens`.
+
+    >>> answer_measures(pd.DataFrame({"answer": ["a b c a b c", None]})).to_dict("list")
+    {'answer_words': [6.0, nan], 'answer_repetition': [0.25, nan]}
+    """
+    out = pd.DataFrame({c: pd.to_numeric(answers[c], errors="coerce") if c in answers.columns else np.nan
+                        for c in ("answer_words", "answer_repetition")}, index=answers.index, dtype=float)
+    is_text = answers["answer"].map(lambda t: isinstance(t, str)).to_numpy(bool)
+    words, repetition = out["answer_words"].to_numpy(copy=True), out["answer_repetition"].to_numpy(copy=True)
+    for i in np.flatnonzero(is_text & (np.isnan(words) | np.isnan(repetition))):
+        tokens = word_tokens(answers["answer"].iat[i])
+        words[i], repetition[i] = len(tokens), ngram_repetition(tokens)
+    words[~is_text] = repetition[~is_text] = np.nan
+    return pd.DataFrame({"answer_words": words, "answer_repetition": repetition}, index=answers.index)
 
 
 def judge_flags(scores: pd.DataFrame, answers: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -108,14 +119,12 @@ def judge_flags(scores: pd.DataFrame, answers: pd.DataFrame | None = None) -> pd
         keys = [k for k in RESULT_KEYS if k in out.columns]
         text = pd.Series("", index=out.index, dtype=object)
         if answers is not None and len(answers) and "answer" in answers.columns:
-            by_key = answers.drop_duplicates(keys, keep="last").set_index(keys)["answer"]
-            # Once per answer, not once per score (an answer has a score per metric and replicate).
-            tokens = by_key.map(lambda t: word_tokens(t) if isinstance(t, str) else None)
-            n_words = tokens.map(lambda w: np.nan if w is None else len(w))
-            repetitive = tokens.map(lambda w: w is not None and _repeated(w) > REPETITION_SHARE)
+            by_key = answers.drop_duplicates(keys, keep="last").set_index(keys)
+            measures = answer_measures(by_key)  # once per answer, not once per score
+            n_words, repetitive = measures["answer_words"], measures["answer_repetition"] > REPETITION_SHARE
             # One left merge puts each answer's values beside its scores (in their order): a MultiIndex.map per
             # column took 1 s of the explorer's start at the paper's scale.
-            per = pd.DataFrame({"_text": by_key, "_words": n_words, "_rep": repetitive}).reset_index()
+            per = pd.DataFrame({"_text": by_key["answer"], "_words": n_words, "_rep": repetitive}).reset_index()
             joined = out[keys].reset_index(drop=True).merge(per, on=keys, how="left")
             text = pd.Series(joined["_text"].to_numpy(), index=out.index)
             words = joined["_words"].to_numpy(float)

@@ -61,7 +61,15 @@ class _Handler(APIHandler):
 class RunsHandler(_Handler):
     @web.authenticated
     async def get(self):
-        await self.answer(runs, self.root, self.settings["fabnb_jobs"])
+        found = []
+
+        def listing():
+            found[:] = runs(self.root, self.settings["fabnb_jobs"])
+            return found
+
+        await self.answer(listing)
+        if found:  # a run to open: its viewer's imports are made now (after this answer), not at the double-click
+            self.settings["fabnb_results"].warm()
 
     @web.authenticated
     async def post(self):

@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..records import ResultsStore, StageRun, hold, stage_bar
 from ..schema import RESULT_KEYS
+from ..text import ngram_repetition, word_tokens
 from .config import RAGConfig, RAGError
 from .system import RAGSystem, ReferenceRAG
 
@@ -64,7 +65,13 @@ def ask_cell(system, question: dict, config: RAGConfig, mode: str) -> dict:
             "gold_retrieved": _gold_retrieved(a.sources, question.get("gold_doc_ids")) if mode == "A" else None,
             "context_tokens": a.context_tokens, "prompt_tokens": a.prompt_tokens,
             "completion_tokens": a.completion_tokens, "latency_s": round(a.latency_s, 4),
-            "context_signal": a.context_signal, "ts": time.time()}
+            "context_signal": a.context_signal, **_measures(a.answer), "ts": time.time()}
+
+
+def _measures(answer) -> dict:
+    """What the judge's sanity flags read of an answer, stored with it so a results view need not tokenize it."""
+    words = word_tokens(answer) if isinstance(answer, str) else []
+    return {"answer_words": len(words), "answer_repetition": ngram_repetition(words)}
 
 
 class GridRun(StageRun):
