@@ -85,6 +85,8 @@ class StubServer:
                 with stub._lock:
                     stub.served.append(body)
 
+            do_GET = do_POST  # a GET has no body: the reply sees {} and reads the path from stub.paths
+
             def log_message(self, *args):
                 pass
 

@@ -255,15 +255,74 @@ def test_ragflow_other_errors_are_not_taken_for_an_old_server():
         assert info.value.cause == "http-401" and len(server.paths) == 1
 
 
-def test_maxkb_exposes_no_sources_and_gets_the_heuristic():
+# MaxKB 2.x bodies, as 1Panel-dev/MaxKB@121614fb (v2.1.0+10) writes them: the answer by OpenaiToResponse.
+# to_block_response (apps/common/handle/impl/response/openai_to_response.py), the record by result.success over
+# ChatRecordOperateSerializer.one (apps/application/serializers/application_chat_record.py), whose paragraphs are
+# ParagraphPipelineModel.to_dict (apps/application/chat_pipeline/I_base_chat_pipeline.py).
+MAXKB_CHAT, MAXKB_RECORD = "0196f3a4-3c1e-7f10-9d2a-1b2c3d4e5f60", "0196f3a4-4d2f-7a21-8e3b-2c3d4e5f6071"
+
+
+def _maxkb_answer(text: str, chat_id: str | None = MAXKB_CHAT) -> dict:
+    choice = {"finish_reason": "stop", "index": 0, "answer_list": [[{"content": text}]],
+              "message": {"role": "assistant", "content": text}}
+    return {"id": MAXKB_RECORD, "choices": [{**choice, "chat_id": chat_id} if chat_id else choice], "created": 41,
+            "model": "", "object": "chat.completion",
+            "usage": {"completion_tokens": 18, "prompt_tokens": 240, "total_tokens": 258}}
+
+
+def _maxkb_record(show_source: bool) -> dict:
+    paragraph = {"id": "p-17", "document_id": "d-3", "knowledge_id": "k-1", "content": "Silicon nitride etches at 5 "
+                 "nm/min in hot phosphoric acid.", "title": "Wet etch", "status": "nn2", "is_active": True,
+                 "comprehensive_score": 0.81, "similarity": 0.79, "knowledge_name": "fab", "document_name":
+                 "etch-guide.md", "knowledge_type": 0, "meta": {}}
+    data = {"id": MAXKB_RECORD, "chat_id": MAXKB_CHAT, "vote_status": "-1", "problem_text": "Etch rate?",
+            "answer_text": "5 nm/min.", "message_tokens": 240, "answer_tokens": 18, "const": 0,
+            "improve_paragraph_id_list": [], "run_time": 1.2, "index": 0, "answer_text_list": [],
+            "create_time": "2025-09-05T10:00:00", "update_time": "2025-09-05T10:00:01", "padding_problem_text": None,
+            "execution_details": []}
+    if show_source:
+        data |= {"knowledge_list": [{"id": "k-1", "knowledge_name": "fab", "knowledge_type": 0}],
+                 "paragraph_list": [paragraph]}
+    return {"code": 200, "message": "Success", "data": data}
+
+
+def test_maxkb_reads_its_sources_from_the_conversation_record():
     def reply(request, n):
-        return 200, completion("According to the SEMI standard, the etch rate of silicon nitride is 5 nm/min."), {}
+        if server.paths[-1].endswith("/chat/completions"):
+            return 200, _maxkb_answer("According to the guide, silicon nitride etches at 5 nm/min."), {}
+        return 200, _maxkb_record(show_source=True), {}
 
     with StubServer(reply) as server:
         a = MaxKB(server.root + "/chat/api/app-1", api_key="application-xyz")
         answer = a.ask("Etch rate?", RAGConfig(4))
-        assert server.paths[-1] == "/chat/api/app-1/chat/completions"
-        assert not a.sources_exposed and answer.sources is None
+    assert server.paths == ["/chat/api/app-1/chat/completions",
+                            f"/chat/api/historical_conversation/{MAXKB_CHAT}/record/{MAXKB_RECORD}"]
+    assert server.headers[1]["authorization"] == "Bearer application-xyz"
+    assert a.sources_exposed and answer.context_signal is None
+    assert answer.sources == [{"id": "p-17", "doc_id": "etch-guide.md", "score": 0.79,
+                               "text": "Silicon nitride etches at 5 nm/min in hot phosphoric acid."}]
+    assert (answer.prompt_tokens, answer.completion_tokens) == (240, 18)
+
+
+@pytest.mark.parametrize("chat_id, record, why", [
+    (MAXKB_CHAT, (200, _maxkb_record(show_source=False)), "show source"),
+    (MAXKB_CHAT, (404, {"code": 404, "message": "Conversation does not exist"}), "HTTP 404"),
+    (None, None, "no chat_id"),
+])
+def test_maxkb_without_sources_says_why_once_and_gets_the_heuristic(chat_id, record, why):
+    def reply(request, n):
+        if server.paths[-1].endswith("/chat/completions"):
+            return 200, _maxkb_answer("According to the SEMI standard, the etch rate is 5 nm/min.", chat_id), {}
+        return record[0], record[1], {}
+
+    with StubServer(reply) as server:
+        a = MaxKB(server.root + "/chat/api/app-1", api_key="application-xyz")
+        with pytest.warns(UserWarning, match=why) as seen:
+            answers = [a.ask("Etch rate?", RAGConfig(4)) for _ in range(2)]
+    assert len([w for w in seen if "maxkb" in str(w.message)]) == 1  # said once, not per answer
+    assert len(server.paths) == (2 if chat_id is None else 4)  # no record asked for without a chat_id
+    for answer in answers:
+        assert answer.sources is None
         assert answer.context_signal > detect_context_use("I do not know.")["context_signal"]
     d = detect_context_use("According to SEMI E10 the standard specifies uptime.")
     assert d["indicators"][:2] == ["according to", "standard specifies"] and 0 < d["context_signal"] <= 1

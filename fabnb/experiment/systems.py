@@ -35,7 +35,7 @@ SYSTEM_KINDS: dict[str, SystemKind] = {
     "reference": SystemKind(None, True),
     "anythingllm": SystemKind("AnythingLLM", True),
     "ragflow": SystemKind("RAGFlow", True),
-    "maxkb": SystemKind("MaxKB", False),
+    "maxkb": SystemKind("MaxKB", True),
     "metaso": SystemKind("Metaso", True),
     "http": SystemKind("HTTPAdapter", True),
     "llamaindex": SystemKind(None, True, "llamaindex"),

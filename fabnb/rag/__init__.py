@@ -12,7 +12,8 @@ protocol, :class:`RAGSystem`: ``ask(question, config, gold_context=None) -> Answ
   :data:`ANYTHINGLLM_DEFAULTS`), and §4.1's output-token schedule.
 - Adapters: :class:`AnythingLLM` (workspace chat API, sources with text),
   :class:`RAGFlow` (OpenAI-compatible chat endpoint; references when it returns them),
-  :class:`MaxKB` (OpenAI-compatible, no sources: Appendix F's heuristic context detection),
+  :class:`MaxKB` (OpenAI-compatible; sources from the conversation record when the application shows them,
+  else Appendix F's heuristic context detection),
   :class:`Metaso` (structured references) and :class:`HTTPAdapter` (any JSON API, by
   request template and response paths).
 - Dual mode (Appendix F.3): mode ``"A"`` asks through the system's own retrieval, mode

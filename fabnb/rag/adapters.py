@@ -8,6 +8,7 @@ import re
 import socket
 import threading
 import time
+import warnings
 from urllib.parse import urlsplit
 
 from ..terms import KnowledgeBase
@@ -151,20 +152,24 @@ class HTTPAdapter:
 
     def post(self, url: str, body: dict) -> dict:
         """POST JSON and return the decoded response; RAGError with a cause on any failure."""
+        return self.send("POST", url, body)
 
+    def send(self, method: str, url: str, body: dict | None = None) -> dict:
+        """Send ``method`` (with ``body`` as JSON, if given) and return the decoded response; RAGError with a cause
+        on any failure."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise RAGError(f"{self.name}: {url!r} is not an http(s) URL.", "connection")
         headers = {"Content-Type": "application/json", "Accept": "application/json", **self._headers}
         if self.__key:
             headers["Authorization"] = f"Bearer {self.__key}"
-        payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        payload = None if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8")
         path = parts.path or "/"
         path += f"?{parts.query}" if parts.query else ""
         for attempt in range(2):  # a kept-alive connection the server closed is retried once, fresh
             conn = self._connection(parts.scheme, parts.netloc, fresh=attempt > 0)
             try:
-                conn.request("POST", path, body=payload, headers=headers)
+                conn.request(method, path, body=payload, headers=headers)
                 response = conn.getresponse()
                 status, raw = response.status, response.read()
                 break
@@ -327,15 +332,63 @@ class RAGFlow(HTTPAdapter):
 
 
 class MaxKB(HTTPAdapter):
-    """MaxKB's OpenAI-compatible application endpoint (``{application base URL}/chat/completions``).
+    """MaxKB's OpenAI-compatible application endpoint, with the sources read from the conversation record.
 
-    MaxKB exposes no retrieval context through its API, so every answer carries
-    Appendix F's heuristic context signal (:func:`detect_context_use`) instead of sources.
+    ``base_url`` is the application's API base (``http://host:8080/chat/api/{application_id}``, as MaxKB shows
+    it); the key is the application's API key. The answer comes from ``POST {base_url}/chat/completions``. MaxKB
+    2.x (read at 1Panel-dev/MaxKB@121614fb, v2.1.0+10) puts the conversation's ``chat_id`` in ``choices[0]`` and
+    the record's id in ``id`` (``apps/common/handle/impl/response/openai_to_response.py``); the adapter then reads
+    ``GET /chat/api/historical_conversation/{chat_id}/record/{id}``, whose ``data.paragraph_list`` (id,
+    document_id, document_name, content, similarity, ...) is what the application retrieved
+    (``apps/application/serializers/application_chat_record.py``, ``reset_chat_record``). MaxKB sends that list
+    only when the application's access settings show sources ("show source"); without it, or from a server that
+    gives no ``chat_id`` (MaxKB 1.x), the answer has no sources and carries Appendix F's heuristic context signal
+    (:func:`detect_context_use`), and a warning says once why.
     """
 
+    RECORD = "/historical_conversation/{chat_id}/record/{record_id}"
+
     def __init__(self, base_url: str, api_key: str | None = None, model: str = "maxkb", **kwargs):
-        super().__init__("maxkb", f"{base_url.rstrip('/')}/chat/completions", _openai_body(model),
-                         "choices.0.message.content", None, api_key=api_key, model=model, **kwargs)
+        base = base_url.rstrip("/")
+        super().__init__("maxkb", f"{base}/chat/completions", _openai_body(model), "choices.0.message.content", None,
+                         api_key=api_key, model=model, **kwargs)
+        self.record_url = base.rsplit("/", 1)[0] + self.RECORD  # /chat/api/{application_id} -> /chat/api
+        self.sources_exposed = True  # when the application shows its sources; else each answer says it has none
+        self._warned = False
+
+    def ask(self, question: str, config: RAGConfig, gold_context: str | None = None) -> Answer:
+        answer = super().ask(question, config, gold_context)  # its latency is the answer's, not the record's
+        answer.sources, why = self._sources(self._local.last)
+        if answer.sources is None:
+            answer.context_signal = detect_context_use(answer.answer, self._kb)["context_signal"]
+            if not self._warned:
+                self._warned = True
+                warnings.warn(f"maxkb: {why}; its answers carry Appendix F's heuristic context signal instead of "
+                              "sources.", stacklevel=2)
+        return answer
+
+    def post(self, url: str, body: dict) -> dict:
+        self._local.last = super().post(url, body)  # this thread's ask() reads the record it names
+        return self._local.last
+
+    def _sources(self, data) -> tuple[list | None, str]:
+        """The record's paragraphs as sources, or None and why there are none."""
+        try:
+            chat_id, record_id = get_path(data, "choices.0.chat_id"), get_path(data, "id")
+        except KeyError:
+            return None, "the server gave no chat_id with the answer (MaxKB before 2.0?), so its record is not read"
+        try:
+            record = self.send("GET", self.record_url.format(chat_id=chat_id, record_id=record_id))
+        except RAGError as exc:
+            return None, f"the conversation record could not be read ({exc})"
+        data = record.get("data") if isinstance(record, dict) else None
+        paragraphs = data.get("paragraph_list") if isinstance(data, dict) else None
+        if not isinstance(paragraphs, list):
+            return None, ("the conversation record lists no paragraphs: turn on 'show source' in the application's "
+                          "access settings for the retrieved passages")
+        return [{"id": str(p.get("id", i)), "doc_id": str(p.get("document_name") or p.get("document_id") or ""),
+                 "text": str(p.get("content", "")), "score": p.get("similarity")}
+                for i, p in enumerate(paragraphs) if isinstance(p, dict)], ""
 
 
 class Metaso(HTTPAdapter):
