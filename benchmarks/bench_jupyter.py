@@ -11,8 +11,9 @@ Figures (median of 5 unless said):
 - the runs sidebar's status call (``GET /fabnb/api/runs``) with 20 runs under the root, over HTTP: the first
   listing that finds a run starts the viewer's imports in a thread (``Results.warm``), so the 20 calls right after
   it are given apart from 20 taken once that is done;
-- what the server extension adds to a Jupyter server's start (to its first answer of ``/api/status``), with and
-  without fabnb enabled, median of 5 starts each.
+- what the server extension adds to a Jupyter server's start (to its first answer of ``/api/status``): 15 pairs of
+  starts, with fabnb enabled and without (which goes first alternates), each server stopped before the next;
+  the median and quartiles of the pairs' differences.
 
 Usage: python benchmarks/bench_jupyter.py
 """
@@ -37,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_explorer import write_stores  # noqa: E402
 
 from fabnb.experiment.progress import write_marker  # noqa: E402
+
+STARTS = 15  # pairs of Jupyter server starts, with and without fabnb
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
@@ -100,14 +103,17 @@ def main() -> None:
          f"Results({str(root)!r}).summary('paper'); print(time.perf_counter() - t)"],
         check=True, capture_output=True, text=True).stdout) for _ in range(3))
 
-    with_fabnb = [start_server(root, "server")[::2] for _ in range(5)]
-    for proc, _ in with_fabnb:
-        stop(proc)
-    without = [start_server(root, "server", fabnb=False)[::2] for _ in range(5)]
-    for proc, _ in without:
-        stop(proc)
-    start_with = statistics.median(s for _, s in with_fabnb)
-    start_without = statistics.median(s for _, s in without)
+    # Starts in pairs, with fabnb and without, each server stopped before the next starts: a drift of the machine
+    # over the minute this takes falls on both sides alike, and the pairs' differences are what is reported.
+    starts = {True: [], False: []}
+    for i in range(STARTS):
+        for enabled in ((True, False) if i % 2 == 0 else (False, True)):  # the order alternates: no side goes first
+            proc, _, seconds = start_server(root, "server", fabnb=enabled)
+            stop(proc)
+            starts[enabled].append(seconds)
+    start_with, start_without = statistics.median(starts[True]), statistics.median(starts[False])
+    added = sorted(w - o for w, o in zip(starts[True], starts[False]))
+    quartiles = statistics.quantiles(added, n=4)
 
     from playwright.sync_api import sync_playwright
 
@@ -165,8 +171,9 @@ def main() -> None:
     print(f"runs sidebar status call, 21 runs under the root: median {statistics.median(status) * 1000:.1f} ms, "
           f"worst {max(status) * 1000:.1f} ms; the 20 right after the first, while the viewer's imports warm: "
           f"median {statistics.median(warming) * 1000:.1f} ms, worst {max(warming) * 1000:.1f} ms")
-    print(f"Jupyter server start to /api/status: {start_with:.2f} s with fabnb, {start_without:.2f} s without "
-          f"({(start_with - start_without) * 1000:+.0f} ms)")
+    print(f"Jupyter server start to /api/status, {STARTS} pairs: median {start_with:.2f} s with fabnb, "
+          f"{start_without:.2f} s without; added per pair: median {statistics.median(added) * 1000:+.0f} ms, "
+          f"quartiles {quartiles[0] * 1000:+.0f} / {quartiles[2] * 1000:+.0f} ms")
     shutil.rmtree(root, ignore_errors=True)
 
 
