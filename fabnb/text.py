@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from difflib import SequenceMatcher
 
-__all__ = ["QUOTE_SHARE", "ngram_repetition", "quoted_share", "repetition_share", "word_tokens"]
+__all__ = ["QUOTE_SHARE", "ngram_repetition", "quoted_share", "repetition_share", "word_measures", "word_tokens"]
 
 _TOKENS = re.compile(r"[a-z0-9]+(?:[.\-][a-z0-9]+)*")
 
@@ -40,6 +40,17 @@ def ngram_repetition(words: list[str], n: int = 3) -> float:
     grams = len(words) - n + 1
     # zip builds the n-grams without a slice each: the slices were a quarter of the results viewer's cold open.
     return 1.0 - len(set(zip(*(words[i:] for i in range(n))))) / grams if grams > 0 else 0.0
+
+
+def word_measures(text) -> tuple[int, float]:
+    """The word count and the word-trigram repetition share of ``text`` (0 and 0.0 for no text), from one
+    tokenization: what the results store keeps with each answer and the judge's sanity flags read.
+
+    >>> word_measures("a b c a b c")
+    (6, 0.25)
+    """
+    words = word_tokens(str(text or ""))
+    return len(words), ngram_repetition(words)
 
 
 def repetition_share(text, n: int = 3) -> float:

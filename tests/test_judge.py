@@ -386,7 +386,7 @@ def test_the_grid_stores_what_the_flags_read_and_a_store_without_it_gets_the_sam
     from fabnb.judge.sanity import judge_flags
     from fabnb.rag import Answer, run_grid
     from fabnb.records import ResultsStore
-    from fabnb.text import repetition_share, word_tokens
+    from fabnb.text import repetition_share, word_measures, word_tokens
 
     texts = {"q1": "1200 cm2/V·s " * 7, "q2": "Strain raises the hole mobility, as the cited measurement shows.",
              "q3": "B"}
@@ -408,10 +408,10 @@ def test_the_grid_stores_what_the_flags_read_and_a_store_without_it_gets_the_sam
     old = stored.drop(columns=["answer_words", "answer_repetition"])
     computed = judge_flags(scores, old)["flags"].tolist()
     assert computed == ["repetitive"] * 2 + [""] * 2 + ["empty_high"] * 2
-    monkeypatch.setattr(sanity, "word_tokens", lambda text: pytest.fail(f"tokenized a stored answer: {text!r}"))
+    monkeypatch.setattr(sanity, "word_measures", lambda text: pytest.fail(f"tokenized a stored answer: {text!r}"))
     assert judge_flags(scores, stored)["flags"].tolist() == computed
     mixed = pd.concat([stored.head(2), old.tail(1)])  # one answer from an older store: only it is tokenized
-    monkeypatch.setattr(sanity, "word_tokens", word_tokens)
+    monkeypatch.setattr(sanity, "word_measures", word_measures)
     assert judge_flags(scores, mixed)["flags"].tolist() == computed
 
 

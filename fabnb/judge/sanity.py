@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..schema import RESULT_KEYS
-from ..text import ngram_repetition, repetition_share, word_tokens
+from ..text import repetition_share, word_measures
 
 __all__ = ["FLAGS", "HIGH_SCORE", "MIN_REASON_WORDS", "NEAR_EMPTY_WORDS", "REPETITION_SHARE", "answer_measures",
            "judge_flags", "repetition_share"]
@@ -69,18 +69,20 @@ def answer_measures(answers: pd.DataFrame) -> pd.DataFrame:
 
     The grid stores both with each answer (tokenizing 8,800 answers was a third of the results viewer's cold
     open); an answer stored without them (an older store, a file of the user's) gets them here, from the same
-    :func:`fabnb.text.word_tokens`.
+    :func:`fabnb.text.word_measures`.
 
     >>> answer_measures(pd.DataFrame({"answer": ["a b c a b c", None]})).to_dict("list")
     {'answer_words': [6.0, nan], 'answer_repetition': [0.25, nan]}
     """
-    out = pd.DataFrame({c: pd.to_numeric(answers[c], errors="coerce") if c in answers.columns else np.nan
-                        for c in ("answer_words", "answer_repetition")}, index=answers.index, dtype=float)
+    def stored(column: str) -> np.ndarray:
+        if column not in answers.columns:
+            return np.full(len(answers), np.nan)
+        return pd.to_numeric(answers[column], errors="coerce").to_numpy(float, copy=True)
+
+    words, repetition = stored("answer_words"), stored("answer_repetition")
     is_text = answers["answer"].map(lambda t: isinstance(t, str)).to_numpy(bool)
-    words, repetition = out["answer_words"].to_numpy(copy=True), out["answer_repetition"].to_numpy(copy=True)
     for i in np.flatnonzero(is_text & (np.isnan(words) | np.isnan(repetition))):
-        tokens = word_tokens(answers["answer"].iat[i])
-        words[i], repetition[i] = len(tokens), ngram_repetition(tokens)
+        words[i], repetition[i] = word_measures(answers["answer"].iat[i])
     words[~is_text] = repetition[~is_text] = np.nan
     return pd.DataFrame({"answer_words": words, "answer_repetition": repetition}, index=answers.index)
 

@@ -44,14 +44,17 @@ class _Handler(APIHandler):
     def root(self):
         return self.settings["fabnb_root"]
 
-    async def answer(self, fn, *args) -> None:
+    async def answer(self, fn, *args):
+        """Send ``fn(*args)`` as JSON; returns it, or None when it was refused (sent as its status and message)."""
+        refused = False
         try:
             result = await asyncio.get_running_loop().run_in_executor(None, fn, *args)
         except ApiError as exc:
             self.set_status(exc.status)
-            result = {"error": str(exc)}
+            result, refused = {"error": str(exc)}, True
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(result, default=str))
+        return None if refused else result
 
     def body(self) -> dict:
         return loads(self.request.body.decode("utf-8", "replace"), "the request body")
@@ -61,15 +64,8 @@ class _Handler(APIHandler):
 class RunsHandler(_Handler):
     @web.authenticated
     async def get(self):
-        found = []
-
-        def listing():
-            found[:] = runs(self.root, self.settings["fabnb_jobs"])
-            return found
-
-        await self.answer(listing)
-        if found:  # a run to open: its viewer's imports are made now (after this answer), not at the double-click
-            self.settings["fabnb_results"].warm()
+        if await self.answer(runs, self.root, self.settings["fabnb_jobs"]):
+            self.settings["fabnb_results"].warm()  # a run to open: its viewer's imports now, not at the double-click
 
     @web.authenticated
     async def post(self):

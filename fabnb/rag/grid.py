@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..records import ResultsStore, StageRun, hold, stage_bar
 from ..schema import RESULT_KEYS
-from ..text import ngram_repetition, word_tokens
+from ..text import word_measures
 from .config import RAGConfig, RAGError
 from .system import RAGSystem, ReferenceRAG
 
@@ -70,8 +70,8 @@ def ask_cell(system, question: dict, config: RAGConfig, mode: str) -> dict:
 
 def _measures(answer) -> dict:
     """What the judge's sanity flags read of an answer, stored with it so a results view need not tokenize it."""
-    words = word_tokens(answer) if isinstance(answer, str) else []
-    return {"answer_words": len(words), "answer_repetition": ngram_repetition(words)}
+    words, repetition = word_measures(answer if isinstance(answer, str) else "")
+    return {"answer_words": words, "answer_repetition": repetition}
 
 
 class GridRun(StageRun):
