@@ -187,6 +187,10 @@ def _check_rest(rows: list) -> None:
         _row(rows, "extras", f"{fw.label} (kind = \"{kind}\")", "missing" if missing else "ok",
              "not installed" if missing else f"{fw.package} {_version(fw.package)}",
              missing or "")
+    hayhooks = importlib.util.find_spec("hayhooks") is not None  # serves a pipeline for kind = "hayhooks"
+    _row(rows, "extras", "hayhooks server (examples/hayhooks)", "ok" if hayhooks else "missing",
+         f"hayhooks {_version('hayhooks')}" if hayhooks else "not installed",
+         "" if hayhooks else "pip install 'fabnb[hayhooks]'")
 
 
 def check(model: bool = True, endpoint: bool = True) -> pd.DataFrame:

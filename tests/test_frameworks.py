@@ -318,3 +318,84 @@ def test_the_default_pipelines_answer_fab_bench_questions_on_the_embedded_model_
             assert {s["doc_id"] for s in sources} <= corpus_ids
         by_window = rows.groupby("context_k")["context_tokens"].mean()
         assert by_window[1.5] > by_window[0.75] > 0, (name, by_window)  # a wider window sends more context
+
+
+# ------------------------------------------------------------------ a framework server, live: hayhooks
+
+
+@pytest.mark.frameworks
+@pytest.mark.model
+def test_hayhooks_serves_fabnbs_haystack_pipeline_and_the_store_holds_the_servers_own_ids(tmp_path, fab_bench_dir):
+    """A real hayhooks server (started here on loopback, stopped at the end) serves
+    examples/hayhooks/fabnb_haystack over part of the FAB-Bench corpus on the embedded model; a ``kind =
+    "hayhooks"`` system asks it one question at two windows."""
+    from pathlib import Path
+
+    from haystack import Document
+    from haystack.components.preprocessors import DocumentSplitter
+
+    from fabnb.experiment import Endpoint
+    from fabnb.process import answers_http, free_port, start_process, stop_process, wait_ready
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "e.toml").write_text(textwrap.dedent("""
+        name = "hayhooks-live"
+        output = "out"
+        [questions]
+        sample = 1
+        [corpus]
+        chunk_size = 128
+        chunk_overlap = 16
+        [[systems]]
+        name = "local"
+        kind = "reference"
+        model = "embedded"
+        [contexts]
+        windows = [0.75, 1.5]
+        output_k = 0.125
+        [judge]
+        model = "embedded"
+    """))
+    exp = Experiment.from_file(tmp_path / "e.toml")
+    questions = exp.questions()
+    corpus = exp.documents().documents
+    gold = {d for ids in questions["gold_doc_ids"] for d in ids}
+    documents = corpus[corpus["doc_id"].isin(gold) | corpus.index.isin(range(16))].reset_index(drop=True)
+    (tmp_path / "corpus").mkdir()
+    with open(tmp_path / "corpus" / "docs.jsonl", "w") as f:
+        for r in documents[["doc_id", "text"]].to_dict("records"):
+            f.write(json.dumps(r) + "\n")
+    llm = Endpoint("embedded").llm()
+    port = free_port()
+    env = {**os.environ, "FABNB_SERVE_CORPUS": str(tmp_path / "corpus"), "FABNB_SERVE_BASE_URL": llm.base_url,
+           "FABNB_SERVE_MODEL": llm.model, "FABNB_SERVE_CHUNK_SIZE": "128", "FABNB_SERVE_CHUNK_OVERLAP": "16",
+           "HAYSTACK_TELEMETRY_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+    log = open(tmp_path / "hayhooks.log", "wb")
+    proc = start_process([str(Path(sys.executable).with_name("hayhooks")), "run", "--host", "127.0.0.1", "--port",
+                          str(port), "--pipelines-dir", str(root / "examples" / "hayhooks")],
+                         env=env, cwd=tmp_path, stdout=log)
+    try:
+        state = wait_ready(proc, lambda: answers_http(f"http://127.0.0.1:{port}/status"), timeout=120)
+        assert state == "ready", (tmp_path / "hayhooks.log").read_text()[-3000:]
+        spec = {"name": "hh", "kind": "hayhooks", "base_url": f"http://127.0.0.1:{port}",
+                "settings": {"pipeline": "fabnb_haystack"}}
+        system = Experiment.from_dict({"name": "x", "output": "o", "systems": [spec]}).systems[0].build(None)
+        run = run_grid([system], questions, exp.configs(), tmp_path / "answers.jsonl", progress=False,
+                       concurrency=1)
+    finally:
+        stop_process(proc)
+        log.close()
+    frame = ResultsStore(tmp_path / "answers.jsonl").frame()
+    assert run.failed == 0 and len(frame) == 2, (frame[["status", "error"]],
+                                                 (tmp_path / "hayhooks.log").read_text()[-3000:])
+    # The ids the server's documents carry: Haystack ids its chunks by content and metadata, so the same splitter
+    # over the same documents gives them here.
+    splitter = DocumentSplitter(split_by="word", split_length=int(0.75 * 128), split_overlap=int(0.75 * 16))
+    own = {d.id for d in splitter.run([Document(content=r["text"], meta={"doc_id": r["doc_id"]})
+                                       for r in documents[["doc_id", "text"]].to_dict("records")])["documents"]}
+    assert frame["answer"].str.strip().astype(bool).all()
+    for sources in frame["sources"]:
+        assert sources and {s["id"] for s in sources} <= own
+        assert {s["doc_id"] for s in sources} <= set(documents["doc_id"])
+    by_window = frame.groupby("context_k")["context_tokens"].mean()
+    assert by_window[1.5] > by_window[0.75] > 0, by_window  # the server filled each window's budget

@@ -18,6 +18,7 @@ from fabnb.rag import (
     ANYTHINGLLM_DEFAULTS,
     AnythingLLM,
     BM25Retriever,
+    Hayhooks,
     HTTPAdapter,
     HybridRetriever,
     MaxKB,
@@ -166,25 +167,71 @@ def test_reference_system_mode_a_and_b_against_a_stub_model(tmp_path):
 # --------------------------------------------------------------- adapter contracts
 
 
+def _anythingllm_reply(text: str, sources: list) -> dict:
+    """A workspace chat answer as AnythingLLM writes it, field for field: ``chatSync``'s last return in
+    ``server/utils/chats/apiChatHandler.js`` at Mintplex-Labs/anything-llm@72aabbd1 (v1.16.0+17), its sources as
+    ``curateSources`` (``server/utils/vectorDbProviders/lance/index.js``) lists the chunks of a text file
+    (``collector/processSingleFile/convert/asTxt.js``'s metadata, the chunk header of ``TextSplitter``), its metrics
+    as the generic OpenAI provider reports them."""
+    return {"id": "3f0c8a52-6a0e-4f59-9d8e-2b1f7f3a9c11", "type": "textResponse", "close": True, "error": None,
+            "chatId": 42, "textResponse": text, "sources": sources,
+            "metrics": {"prompt_tokens": 612, "completion_tokens": 9, "total_tokens": 621, "duration": 1.8,
+                        "outputTps": 5.0, "model": "gemma", "provider": "GenericOpenAiLLM",
+                        "timestamp": "2026-12-02T10:00:00.000Z"}}
+
+
+def _anythingllm_source(vector_id: str, title: str, text: str, score: float) -> dict:
+    return {"id": vector_id, "url": f"file:///app/server/storage/hotdir/{title}", "title": title,
+            "docAuthor": "Unknown", "description": "Unknown", "docSource": "a text file uploaded by the user.",
+            "chunkSource": "", "published": "12/2/2026, 10:00:00 AM", "wordCount": 312,
+            "token_count_estimate": 418,
+            "text": f"<document_metadata>\nsourceDocument: {title}\npublished: 12/2/2026, 10:00:00 AM\n"
+                    f"</document_metadata>\n\n{text}", "score": score}
+
+
 def anythingllm_reply(request, n):
-    return 200, {"id": "c1", "type": "textResponse", "close": True, "error": None,
-                 "textResponse": "The etch rate is about 5 nm/min.",
-                 "sources": [{"id": "s1", "title": "d1", "text": CHUNKS.text[1], "score": 0.71}]}, {}
+    return 200, _anythingllm_reply("The etch rate is about 5 nm/min.", [
+        _anythingllm_source("9b2d7c1e-0f43-4c1a-8a57-0d3e6f1b2a90", "d1.txt", CHUNKS.text[1], 0.71)]), {}
 
 
 def test_anythingllm_contract():
     with StubServer(anythingllm_reply) as server:
         a = AnythingLLM(server.root, "fab", api_key="sk-secret-anything")
         answer = a.ask("What is the etch rate?", RAGConfig(4))
+        a.ask("What is the etch rate?", RAGConfig(4))
         assert server.paths[-1] == "/api/v1/workspace/fab/chat"
-        assert server.requests[-1] == {"message": "What is the etch rate?", "mode": "query"}
+        first, second = server.requests[-2:]
+        assert {k: v for k, v in first.items() if k != "sessionId"} == {"message": "What is the etch rate?",
+                                                                         "mode": "query"}
+        # Each question in a session of its own: AnythingLLM backfills a short window from a session's history.
+        assert first["sessionId"].startswith("fabnb-") and first["sessionId"] != second["sessionId"]
         assert server.headers[-1]["authorization"] == "Bearer sk-secret-anything"
         assert answer.answer.startswith("The etch rate") and answer.sources[0] == {
-            "id": "s1", "doc_id": "d1", "text": CHUNKS.text[1], "score": 0.71}
+            "id": "9b2d7c1e-0f43-4c1a-8a57-0d3e6f1b2a90", "doc_id": "d1.txt", "text": CHUNKS.text[1], "score": 0.71}
+        assert (answer.prompt_tokens, answer.completion_tokens) == (612, 9)
         a.configure(RAGConfig(8, **ANYTHINGLLM_DEFAULTS))
         assert server.paths[-1] == "/api/v1/workspace/fab/update"
         assert server.requests[-1] == {"topN": 4, "similarityThreshold": 0.25}
         assert "sk-secret" not in repr(a)
+
+
+def test_anythingllm_refusal_abort_and_a_bad_workspace():
+    """Query mode with nothing retrieved answers the workspace's refusal with no sources (none retrieved, not
+    "not exposed"); an abort at HTTP 200 and the 400 of an unknown workspace are errors with their message."""
+    refusal = _anythingllm_reply("There is no relevant information in this workspace to answer your query.", [])
+    abort = {"id": "a1", "type": "abort", "textResponse": None, "sources": [], "close": True,
+             "error": "No text completion could be completed with this input.", "metrics": {}}
+    bad = {"id": "a2", "type": "abort", "textResponse": None, "sources": [], "close": True,
+           "error": "Workspace nope is not a valid workspace."}
+    replies = {1: (200, refusal, {}), 2: (200, abort, {}), 3: (400, bad, {})}
+    with StubServer(lambda r, n: replies[n]) as server:
+        a = AnythingLLM(server.root, "fab")
+        assert a.ask("q?", RAGConfig(4)).sources == []
+        with pytest.raises(RAGError, match="No text completion could be completed") as err:
+            a.ask("q?", RAGConfig(4))
+        assert err.value.cause == "bad-response"
+        with pytest.raises(RAGError, match="HTTP 400.*not a valid workspace"):
+            a.ask("q?", RAGConfig(4))
 
 
 def _ragflow_reply(chat_id: str, content: str, reference: list | None) -> dict:
@@ -284,6 +331,38 @@ def _maxkb_record(show_source: bool) -> dict:
         data |= {"knowledge_list": [{"id": "k-1", "knowledge_name": "fab", "knowledge_type": 0}],
                  "paragraph_list": [paragraph]}
     return {"code": 200, "message": "Success", "data": data}
+
+
+def _hayhooks_reply(request, n):
+    """``POST /{pipeline}/run`` as hayhooks 2.1.0 answers it (``create_run_endpoint_handler`` in
+    ``hayhooks/server/utils/deploy_utils.py`` wraps what ``run_api`` returned as ``{"result": ...}``), the result
+    being what fabnb's wrapper returns (:meth:`fabnb.rag.ServedPipeline.run`: Haystack's Document fields)."""
+    docs = [{"id": "5f1c" + "0" * 60, "content": CHUNKS.text[1], "score": 0.62,
+             "meta": {"doc_id": "d1", "source_id": "ab" * 32, "page_number": 1, "split_id": 0, "split_idx_start": 0}},
+            {"id": "77aa" + "0" * 60, "content": CHUNKS.text[2], "score": 0.41,
+             "meta": {"file_path": "d2.txt"}}]
+    return 200, {"result": {"answer": "About 5 nm/min.", "documents": docs if n == 1 else [],
+                            "context_tokens": 57}}, {}
+
+
+def test_hayhooks_sends_the_windows_budget_and_reads_haystacks_documents():
+    with StubServer(_hayhooks_reply) as server:
+        a = Hayhooks(server.root, "fabnb_haystack", api_key="sk-hay")
+        config = RAGConfig(2, output_k=0.5)
+        answer = a.ask("What is the etch rate?", config)
+        assert server.paths[-1] == "/fabnb_haystack/run"
+        assert server.requests[-1] == {"question": "What is the etch rate?", "max_tokens": 512,
+                                       "context_tokens": 2048 - 512 - 64 - 256}
+        assert config.context_tokens == 1216 and server.headers[-1]["authorization"] == "Bearer sk-hay"
+        assert answer.sources == [{"id": "5f1c" + "0" * 60, "doc_id": "d1", "text": CHUNKS.text[1], "score": 0.62},
+                                  {"id": "77aa" + "0" * 60, "doc_id": "d2.txt", "text": CHUNKS.text[2],
+                                   "score": 0.41}]
+        assert answer.context_tokens == 57 and answer.context_signal is None
+        # Nothing retrieved for this question is "none retrieved", not "no sources exposed".
+        empty = a.ask("zzz?", config)
+        assert empty.sources == [] and empty.context_signal is None
+    none = Hayhooks("http://127.0.0.1:9", "p", sources_path=None)
+    assert not none.sources_exposed
 
 
 def test_maxkb_reads_its_sources_from_the_conversation_record():

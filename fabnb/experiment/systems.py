@@ -37,6 +37,7 @@ SYSTEM_KINDS: dict[str, SystemKind] = {
     "ragflow": SystemKind("RAGFlow", True),
     "maxkb": SystemKind("MaxKB", True),
     "metaso": SystemKind("Metaso", True),
+    "hayhooks": SystemKind("Hayhooks", True),
     "http": SystemKind("HTTPAdapter", True),
     "llamaindex": SystemKind(None, True, "llamaindex"),
     "langchain": SystemKind(None, True, "langchain"),

@@ -34,10 +34,11 @@ results store is :class:`fabnb.records.ResultsStore`, re-exported here.
 from __future__ import annotations
 from ..records import ResultsStore
 from ..schema import RESULT_COLUMNS, RESULT_KEYS
-from .adapters import AnythingLLM, HTTPAdapter, MaxKB, Metaso, RAGFlow, detect_context_use, get_path
+from .adapters import AnythingLLM, Hayhooks, HTTPAdapter, MaxKB, Metaso, RAGFlow, detect_context_use, get_path
 from .config import (ANYTHINGLLM_DEFAULTS, CONTEXT_INDICATORS, OUTPUT_SCHEDULE, PAPER_CONTEXTS, PROMPT_OVERHEAD,
                      SYSTEM_PROMPT, RAGConfig, RAGError, count_tokens, output_tokens, sweep, truncate_tokens)
-from .frameworks import FRAMEWORKS, QUESTION_TOKENS, Framework, FrameworkRAG, FrameworkSetup, load_factory
+from .frameworks import (FRAMEWORKS, QUESTION_TOKENS, SERVE_ENV, Framework, FrameworkRAG, FrameworkSetup,
+                         ServedPipeline, load_factory)
 from .grid import GridRun, ask_cell, mode_pairs, questions_frame, retrieval_table, run_grid
 from .retrievers import (HIT_COLUMNS, MINILM, RETRIEVERS, BM25Retriever, DenseRetriever, HybridRetriever,
                          Retriever, RetrieverKind, TfidfRetriever, make_retriever, minilm_embedder, minilm_path,
@@ -47,6 +48,7 @@ from .system import Answer, RAGSystem, ReferenceRAG, answer_from_context, check_
 
 __all__ = ['ANYTHINGLLM_DEFAULTS', 'Answer', 'AnythingLLM', 'BM25Retriever', 'CONTEXT_INDICATORS', 'DenseRetriever',
            'FRAMEWORKS', 'Framework', 'FrameworkRAG', 'FrameworkSetup', 'QUESTION_TOKENS', 'answer_from_context',
+           'Hayhooks', 'SERVE_ENV', 'ServedPipeline',
            'load_factory', 'minilm_path',
            'GridRun', 'HIT_COLUMNS', 'HTTPAdapter', 'HybridRetriever', 'MINILM', 'MaxKB', 'Metaso', 'OUTPUT_SCHEDULE',
            'PAPER_CONTEXTS', 'PROMPT_OVERHEAD', 'RAGConfig', 'RAGError', 'RAGFlow', 'RAGSystem', 'RESULT_COLUMNS',

@@ -8,6 +8,7 @@ import re
 import socket
 import threading
 import time
+import uuid
 import warnings
 from urllib.parse import urlsplit
 
@@ -23,7 +24,7 @@ from .config import (
 )
 from .system import Answer, check_budget
 
-__all__ = ['AnythingLLM', 'HTTPAdapter', 'MaxKB', 'Metaso', 'RAGFlow', 'detect_context_use', 'get_path']
+__all__ = ['AnythingLLM', 'HTTPAdapter', 'Hayhooks', 'MaxKB', 'Metaso', 'RAGFlow', 'detect_context_use', 'get_path']
 
 # ------------------------------------------------------------------ HTTP adapters
 
@@ -76,8 +77,8 @@ class HTTPAdapter:
     name : str
     url : str
     request : dict
-        The JSON body; every string in it may hold ``{question}``, ``{context_k}``,
-        ``{max_tokens}``, ``{n_snippets}`` or ``{threshold}``.
+        The JSON body; every string in it may hold ``{question}``, ``{context_k}``, ``{context_tokens}`` (the
+        window's context budget in tokens), ``{max_tokens}``, ``{n_snippets}`` or ``{threshold}``.
     answer_path : str
         Dotted path of the answer text in the response (``"choices.0.message.content"``).
     sources_path : str, optional
@@ -135,6 +136,7 @@ class HTTPAdapter:
     def body(self, question: str, config: RAGConfig) -> dict:
         """The request body for a question (placeholders filled)."""
         values = {"question": question, "context_k": config.context_k, "max_tokens": config.max_output_tokens,
+                  "context_tokens": config.context_tokens,
                   "n_snippets": config.n_snippets, "threshold": config.threshold}
 
         def fill(x):
@@ -252,10 +254,21 @@ def _openai_body(model: str, extra: dict | None = None) -> dict:
 class AnythingLLM(HTTPAdapter):
     """AnythingLLM's workspace chat API (``POST /api/v1/workspace/{slug}/chat``), sources with text.
 
+    Read at Mintplex-Labs/anything-llm@72aabbd1 (v1.16.0+17): the endpoint answers ``chatSync``'s record
+    (``server/utils/chats/apiChatHandler.js``): ``textResponse``, ``sources`` (the vector search's chunks, each the
+    document's metadata with ``id``, ``title``, ``docSource``, ``text`` and ``score``, as ``curateSources`` in
+    ``server/utils/vectorDbProviders/lance/index.js`` writes them), ``metrics`` (``prompt_tokens``,
+    ``completion_tokens``), or ``type: "abort"`` with ``error``. Each question is sent with a session id of its own:
+    API chats without one share one history, and AnythingLLM fills a short context window from the sources of
+    earlier answers in it (``fillSourceWindow``), which would put one question's evidence into the next's prompt.
+    The ``<document_metadata>`` header AnythingLLM writes at the head of each chunk is taken off its text.
+
     Retrieval knobs (topN, similarityThreshold) are workspace settings: :meth:`configure`
     sends them with ``POST /api/v1/workspace/{slug}/update``. The context window itself
     is the workspace model's token limit, set in AnythingLLM for each sweep point.
     """
+
+    HEADER = re.compile(r"\A[^<\n]{0,64}?<document_metadata>\n.*?</document_metadata>\n\n", re.S)  # after a prefix
 
     def __init__(self, base_url: str, workspace: str, api_key: str | None = None, mode: str = "query",
                  model: str = "anythingllm", **kwargs):
@@ -265,14 +278,21 @@ class AnythingLLM(HTTPAdapter):
                          {"message": "{question}", "mode": mode}, "textResponse", "sources",
                          source_text="text", source_id="id", api_key=api_key, model=model, **kwargs)
 
+    def body(self, question: str, config: RAGConfig) -> dict:
+        return {**super().body(question, config), "sessionId": f"fabnb-{uuid.uuid4().hex}"}
+
     def parse(self, data) -> Answer:
-        if isinstance(data, dict) and data.get("error"):
-            raise RAGError(f"anythingllm: the workspace reported an error: {str(data['error'])[:200]}",
+        if isinstance(data, dict) and (data.get("error") or data.get("type") == "abort"):
+            raise RAGError(f"anythingllm: the workspace reported an error: {str(data.get('error'))[:200]}",
                            "bad-response")
         answer = super().parse(data)
         for s, raw in zip(answer.sources or [], get_path(data, "sources") or []):
             s["doc_id"] = str(raw.get("title") or raw.get("docSource") or s["doc_id"])
             s["score"] = raw.get("score", s["score"])
+            s["text"] = self.HEADER.sub("", s["text"], count=1)
+        metrics = data.get("metrics") if isinstance(data.get("metrics"), dict) else {}
+        answer.prompt_tokens = answer.prompt_tokens or int(metrics.get("prompt_tokens") or 0)
+        answer.completion_tokens = answer.completion_tokens or int(metrics.get("completion_tokens") or 0)
         return answer
 
     def configure(self, config: RAGConfig) -> dict:
@@ -389,6 +409,44 @@ class MaxKB(HTTPAdapter):
         return [{"id": str(p.get("id", i)), "doc_id": str(p.get("document_name") or p.get("document_id") or ""),
                  "text": str(p.get("content", "")), "score": p.get("similarity")}
                 for i, p in enumerate(paragraphs) if isinstance(p, dict)], ""
+
+
+class Hayhooks(HTTPAdapter):
+    """A Haystack pipeline served by hayhooks: ``POST {base_url}/{pipeline}/run``, sources from what it returns.
+
+    hayhooks (read at deepset-ai/hayhooks 2.1.0, ``server/utils/deploy_utils.py``) serves a wrapper's ``run_api``
+    at ``/{pipeline}/run``: the request body holds ``run_api``'s parameters (fields it does not take are ignored),
+    the response is ``{"result": <what run_api returned>}``. fabnb sends ``question``, ``context_tokens`` (the
+    window's context budget, :attr:`fabnb.rag.RAGConfig.context_tokens`) and ``max_tokens``. The default paths
+    read what a wrapper returning ``{"answer": ..., "documents": [...]}`` gives, the documents as Haystack writes
+    them (``id``, ``content``, ``score``, ``meta``), as fabnb's own wrapper does
+    (``examples/hayhooks/fabnb_haystack``, :class:`fabnb.rag.frameworks.ServedPipeline`); the source's document
+    id is ``meta[doc_id_field]`` (or ``meta.file_path``). Another shape: give ``answer_path`` and
+    ``sources_path`` (None: the pipeline returns no sources, and its answers carry Appendix F's signal).
+    """
+
+    def __init__(self, base_url: str, pipeline: str, api_key: str | None = None, answer_path: str = "result.answer",
+                 sources_path: str | None = "result.documents", doc_id_field: str = "doc_id",
+                 model: str = "hayhooks", **kwargs):
+        kwargs.setdefault("source_text", "content")
+        kwargs.setdefault("source_id", "id")
+        super().__init__("hayhooks", f"{base_url.rstrip('/')}/{pipeline}/run",
+                         {"question": "{question}", "context_tokens": "{context_tokens}", "max_tokens": "{max_tokens}"},
+                         answer_path, sources_path, api_key=api_key, model=model, **kwargs)
+        self.doc_id_field = doc_id_field
+
+    def parse(self, data) -> Answer:
+        answer = super().parse(data)
+        raw = get_path(data, self.sources_path) if answer.sources else []
+        for s, r in zip(answer.sources or [], [r for r in raw if isinstance(r, dict)]):
+            meta = r.get("meta") if isinstance(r.get("meta"), dict) else {}
+            s["doc_id"] = str(meta.get(self.doc_id_field) or meta.get("file_path") or s["doc_id"])
+        result = data.get("result") if isinstance(data, dict) else None
+        if isinstance(result, dict) and isinstance(result.get("context_tokens"), int):
+            answer.context_tokens = result["context_tokens"]
+        elif answer.sources:
+            answer.context_tokens = count_tokens("\n\n".join(s["text"] for s in answer.sources))
+        return answer
 
 
 class Metaso(HTTPAdapter):

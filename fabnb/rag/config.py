@@ -8,7 +8,8 @@ from ..errors import CausedError
 from ..tokens import count_tokens, truncate_tokens
 
 __all__ = ['ANYTHINGLLM_DEFAULTS', 'CONTEXT_INDICATORS', 'OUTPUT_SCHEDULE', 'PAPER_CONTEXTS', 'PROMPT_OVERHEAD',
-           'RAGConfig', 'RAGError', 'SYSTEM_PROMPT', 'count_tokens', 'output_tokens', 'sweep', 'truncate_tokens']
+           'QUESTION_TOKENS', 'RAGConfig', 'RAGError', 'SYSTEM_PROMPT', 'count_tokens', 'output_tokens', 'sweep',
+           'truncate_tokens']
 
 ANYTHINGLLM_DEFAULTS: dict = {"n_snippets": 4, "threshold": 0.25}
 #: §4.1: output tokens by context window (K tokens): 1K at 4K, 2K at 8-10K, 4K from 12K.
@@ -17,6 +18,8 @@ OUTPUT_SCHEDULE: tuple[tuple[float, int], ...] = ((12, 4096), (8, 2048), (4, 102
 PAPER_CONTEXTS: tuple[int, ...] = (4, 8, 10, 12, 14, 16, 18, 20, 24, 28, 32)
 #: Tokens kept for the prompt's own words (instructions, headings) when a budget is filled.
 PROMPT_OVERHEAD = 64
+#: Tokens a window keeps for the question when one pipeline serves every question (a framework's, a server's).
+QUESTION_TOKENS = 256
 #: Appendix F: phrases that betray use of a source when a system exposes none.
 CONTEXT_INDICATORS: tuple[str, ...] = (
     "according to", "standard specifies", "the standard", "specified in", "as stated", "as described in",
@@ -91,6 +94,13 @@ class RAGConfig:
     def input_budget(self) -> int:
         """Tokens left for question, context and prompt once the answer's budget is set aside."""
         return int(self.context_k * 1024) - self.max_output_tokens
+
+    @property
+    def context_tokens(self) -> int:
+        """Tokens of retrieved context a pipeline that serves every question may send: the input budget less the
+        prompt's overhead and :data:`QUESTION_TOKENS` (what a framework's factory and a framework server are
+        given)."""
+        return max(0, self.input_budget - PROMPT_OVERHEAD - QUESTION_TOKENS)
 
 
 def sweep(contexts=PAPER_CONTEXTS, **knobs) -> list[RAGConfig]:

@@ -39,14 +39,12 @@ import pandas as pd
 
 from ..llm import LLMError
 from ..tokens import count_tokens
-from .config import PROMPT_OVERHEAD, SYSTEM_PROMPT, RAGConfig, RAGError
+from .config import PROMPT_OVERHEAD, QUESTION_TOKENS, SYSTEM_PROMPT, RAGConfig, RAGError
 from .retrievers import minilm_path, pick_context
 from .system import Answer, answer_from_context, check_budget
 
-__all__ = ["FRAMEWORKS", "QUESTION_TOKENS", "Framework", "FrameworkRAG", "FrameworkSetup", "load_factory"]
-
-#: Tokens a window keeps for the question when a pipeline is built for it (a pipeline serves every question).
-QUESTION_TOKENS = 256
+__all__ = ["FRAMEWORKS", "QUESTION_TOKENS", "SERVE_ENV", "Framework", "FrameworkRAG", "FrameworkSetup",
+           "ServedPipeline", "load_factory"]
 
 
 @dataclass(frozen=True)
@@ -138,7 +136,9 @@ def _read_langchain(runnable, question: str) -> tuple[str, list[dict]]:
 _QUESTION_INPUTS = ("query", "question", "text")
 
 
-def _read_haystack(pipeline, question: str) -> tuple[str, list[dict]]:
+def _run_haystack(pipeline, question: str) -> tuple[str, list]:
+    """A Haystack pipeline's answer and the Documents it sent to the model (the last component that outputs
+    documents: the budget, or the retriever)."""
     import networkx
 
     data, other = {}, []
@@ -164,10 +164,13 @@ def _read_haystack(pipeline, question: str) -> tuple[str, list[dict]]:
         if result.get("answers"):
             answer = getattr(result["answers"][0], "data", result["answers"][0])
             break
-    # The contexts sent: the last component that outputs documents (the budget, or the retriever).
     docs = next((out[c]["documents"] for c in reversed(with_docs) if c in out and "documents" in out[c]), [])
-    sources = [_source(d.id, (d.meta or {}).get("doc_id"), d.content, d.score) for d in docs]
-    return str(answer or ""), sources
+    return str(answer or ""), list(docs)
+
+
+def _read_haystack(pipeline, question: str) -> tuple[str, list[dict]]:
+    answer, docs = _run_haystack(pipeline, question)
+    return answer, [_source(d.id, (d.meta or {}).get("doc_id"), d.content, d.score) for d in docs]
 
 
 # ------------------------------------------------------------------ the default pipelines
@@ -354,6 +357,88 @@ def default_haystack(setup: FrameworkSetup):
     return pipeline
 
 
+# ------------------------------------------------------------------ a default pipeline served
+
+
+#: The environment a served pipeline reads (:meth:`ServedPipeline.from_env`), as hayhooks starts it.
+SERVE_ENV = {"FABNB_SERVE_CORPUS": "the corpus folder (what fabnb.corpus.load_corpus reads)",
+             "FABNB_SERVE_BASE_URL": "the OpenAI-compatible endpoint's URL (http://host:port/v1)",
+             "FABNB_SERVE_MODEL": "the model name it serves",
+             "FABNB_SERVE_API_KEY_ENV": "optional: the name of the variable that holds its key",
+             "FABNB_SERVE_CHUNK_SIZE": "optional: tokens per chunk (512)",
+             "FABNB_SERVE_CHUNK_OVERLAP": "optional: tokens of overlap (128)",
+             "FABNB_SERVE_FACTORY": "optional: your pipeline's factory, package.module:function"}
+
+
+class ServedPipeline:
+    """A Haystack pipeline (fabnb's default, or your factory's) behind a framework server: the hayhooks wrapper
+    ``examples/hayhooks/fabnb_haystack/pipeline_wrapper.py`` answers each ``POST /fabnb_haystack/run`` with
+    :meth:`run`, which :class:`fabnb.rag.Hayhooks` reads.
+
+    One pipeline per context budget, made when first asked for and kept (the corpus is indexed once), so a sweep
+    across windows through the server sends what each window holds.
+
+    Parameters
+    ----------
+    setup : FrameworkSetup
+        The corpus and the endpoint; its budget is replaced per call.
+    factory : str or callable, optional
+        Default: :func:`default_haystack`.
+    """
+
+    def __init__(self, setup: FrameworkSetup, factory=None):
+        self.setup = setup
+        self.factory = load_factory(factory, "haystack") if isinstance(factory, str) else factory or default_haystack
+        self._pipelines: dict = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_env(cls, environ: Mapping | None = None) -> "ServedPipeline":
+        """The served pipeline :data:`SERVE_ENV` names; :class:`RAGError` naming a variable that is missing or
+        wrong."""
+        import os
+
+        from ..corpus import load_corpus
+
+        env = os.environ if environ is None else environ
+        missing = [k for k in ("FABNB_SERVE_CORPUS", "FABNB_SERVE_BASE_URL", "FABNB_SERVE_MODEL") if not env.get(k)]
+        if missing:
+            raise RAGError("a served pipeline needs " + "; ".join(f"{k} ({SERVE_ENV[k]})" for k in missing)
+                           + " in the server's environment.", "bad-factory")
+        key_env = env.get("FABNB_SERVE_API_KEY_ENV")
+        try:
+            sizes = [int(env.get(k, d))
+                     for k, d in (("FABNB_SERVE_CHUNK_SIZE", 512), ("FABNB_SERVE_CHUNK_OVERLAP", 128))]
+        except ValueError:
+            raise RAGError("FABNB_SERVE_CHUNK_SIZE and FABNB_SERVE_CHUNK_OVERLAP must be whole numbers of tokens.",
+                           "bad-factory") from None
+        corpus = load_corpus(env["FABNB_SERVE_CORPUS"])
+        setup = FrameworkSetup(corpus.documents, env["FABNB_SERVE_BASE_URL"], env["FABNB_SERVE_MODEL"],
+                               env.get(key_env) if key_env else None, chunk_size=sizes[0], chunk_overlap=sizes[1])
+        return cls(setup, env.get("FABNB_SERVE_FACTORY") or None)
+
+    def pipeline(self, context_tokens: int, max_tokens: int):
+        """The pipeline of one budget, made once."""
+        key = (int(context_tokens), int(max_tokens))
+        with self._lock:
+            if key not in self._pipelines:
+                made = self.factory(dataclasses.replace(self.setup, context_tokens=key[0], max_output_tokens=key[1]))
+                if not _is_haystack_pipeline(made):
+                    raise RAGError(f"the factory returned {type(made).__name__}; expected "
+                                   f"{FRAMEWORKS['haystack'].expects}.", "bad-factory")
+                self._pipelines[key] = made
+            return self._pipelines[key]
+
+    def run(self, question: str, context_tokens: int = 2048, max_tokens: int = 512) -> dict:
+        """``{"answer", "documents", "context_tokens"}``: the answer, the Documents sent to the model as Haystack
+        writes them (``id``, ``content``, ``score``, ``meta``; no embedding), and their tokens."""
+        answer, docs = _run_haystack(self.pipeline(context_tokens, max_tokens), question)
+        documents = [{"id": d.id, "content": d.content or "", "score": d.score, "meta": dict(d.meta or {})}
+                     for d in docs]
+        return {"answer": answer, "documents": documents,
+                "context_tokens": count_tokens("\n\n".join(d["content"] for d in documents)) if documents else 0}
+
+
 # ------------------------------------------------------------------ the registry
 
 
@@ -485,8 +570,8 @@ class FrameworkRAG:
 
     def setup_for(self, config: RAGConfig) -> FrameworkSetup:
         """The :class:`FrameworkSetup` of one configuration (its context budget in tokens)."""
-        budget = max(0, config.input_budget - PROMPT_OVERHEAD - QUESTION_TOKENS)
-        return dataclasses.replace(self.setup, context_tokens=budget, max_output_tokens=config.max_output_tokens,
+        return dataclasses.replace(self.setup, context_tokens=config.context_tokens,
+                                   max_output_tokens=config.max_output_tokens,
                                    temperature=config.temperature, n_snippets=config.n_snippets,
                                    threshold=config.threshold)
 
