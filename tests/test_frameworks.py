@@ -256,45 +256,46 @@ def test_the_setup_hides_the_key_and_fills_the_budget_best_first():
 # ------------------------------------------------------------------ fabnb's default pipelines, live
 
 
-@pytest.mark.frameworks
-@pytest.mark.model
-def test_the_default_pipelines_answer_fab_bench_questions_on_the_embedded_model_with_their_own_ids(tmp_path,
-                                                                                                 fab_bench_dir):
-    from fabnb.rag import frameworks
-
+def _live_part(tmp_path, systems_toml: str, others: int):
+    """The live tests' experiment (one FAB-Bench question, two windows, 128-token chunks, on the embedded model),
+    its questions, and the part of the evidence corpus they index: the question's gold documents and the first
+    ``others`` documents."""
     (tmp_path / "e.toml").write_text(textwrap.dedent("""
-        name = "fw-live"
+        name = "live"
         output = "out"
         [questions]
         sample = 1
         [corpus]
         chunk_size = 128
         chunk_overlap = 16
-        [[systems]]
-        name = "li"
-        kind = "llamaindex"
-        model = "embedded"
-        [[systems]]
-        name = "lc"
-        kind = "langchain"
-        model = "embedded"
-        [[systems]]
-        name = "hs"
-        kind = "haystack"
-        model = "embedded"
         [contexts]
         windows = [0.75, 1.5]
         output_k = 0.125
         [judge]
         model = "embedded"
-    """))
+    """) + textwrap.dedent(systems_toml))
     exp = Experiment.from_file(tmp_path / "e.toml")
     questions = exp.questions()
-    # The question's gold documents and the first 24 others of the evidence corpus: each framework embeds this
-    # part with MiniLM on the CPU (the whole corpus took 50-60 s per framework here).
     corpus = exp.documents().documents
     gold = {d for ids in questions["gold_doc_ids"] for d in ids}
-    documents = corpus[corpus["doc_id"].isin(gold) | corpus.index.isin(range(24))].reset_index(drop=True)
+    documents = corpus[corpus["doc_id"].isin(gold) | corpus.index.isin(range(others))].reset_index(drop=True)
+    return exp, questions, documents
+
+
+@pytest.mark.frameworks
+@pytest.mark.model
+def test_the_default_pipelines_answer_fab_bench_questions_on_the_embedded_model_with_their_own_ids(tmp_path,
+                                                                                                 fab_bench_dir):
+    from fabnb.rag import frameworks
+
+    systems_toml = "".join(f"""
+        [[systems]]
+        name = "{name}"
+        kind = "{kind}"
+        model = "embedded"
+    """ for name, kind in (("li", "llamaindex"), ("lc", "langchain"), ("hs", "haystack")))
+    # Each framework embeds this part with MiniLM on the CPU (the whole corpus took 50-60 s per framework here).
+    exp, questions, documents = _live_part(tmp_path, systems_toml, others=24)
     chunking = {"chunk_size": exp.chunk_size, "chunk_overlap": exp.chunk_overlap}
     systems = [s.build(None, 1, documents, chunking) for s in exp.systems]
     run = run_grid(systems, questions, exp.configs(), tmp_path / "answers.jsonl", progress=False,
@@ -338,29 +339,12 @@ def test_hayhooks_serves_fabnbs_haystack_pipeline_and_the_store_holds_the_server
     from fabnb.process import answers_http, free_port, start_process, stop_process, wait_ready
 
     root = Path(__file__).resolve().parents[1]
-    (tmp_path / "e.toml").write_text(textwrap.dedent("""
-        name = "hayhooks-live"
-        output = "out"
-        [questions]
-        sample = 1
-        [corpus]
-        chunk_size = 128
-        chunk_overlap = 16
+    exp, questions, documents = _live_part(tmp_path, """
         [[systems]]
         name = "local"
         kind = "reference"
         model = "embedded"
-        [contexts]
-        windows = [0.75, 1.5]
-        output_k = 0.125
-        [judge]
-        model = "embedded"
-    """))
-    exp = Experiment.from_file(tmp_path / "e.toml")
-    questions = exp.questions()
-    corpus = exp.documents().documents
-    gold = {d for ids in questions["gold_doc_ids"] for d in ids}
-    documents = corpus[corpus["doc_id"].isin(gold) | corpus.index.isin(range(16))].reset_index(drop=True)
+    """, others=16)
     (tmp_path / "corpus").mkdir()
     with open(tmp_path / "corpus" / "docs.jsonl", "w") as f:
         for r in documents[["doc_id", "text"]].to_dict("records"):
