@@ -187,10 +187,15 @@ def _check_rest(rows: list) -> None:
         _row(rows, "extras", f"{fw.label} (kind = \"{kind}\")", "missing" if missing else "ok",
              "not installed" if missing else f"{fw.package} {_version(fw.package)}",
              missing or "")
-    hayhooks = importlib.util.find_spec("hayhooks") is not None  # serves a pipeline for kind = "hayhooks"
-    _row(rows, "extras", "hayhooks server (examples/hayhooks)", "ok" if hayhooks else "missing",
-         f"hayhooks {_version('hayhooks')}" if hayhooks else "not installed",
-         "" if hayhooks else "pip install 'fabnb[hayhooks]'")
+    from .experiment.systems import SYSTEM_KINDS  # the framework servers that install with fabnb
+
+    for kind, spec in SYSTEM_KINDS.items():
+        if spec.server:
+            module, distribution, extra = spec.server
+            found = importlib.util.find_spec(module) is not None  # found, not imported
+            _row(rows, "extras", f"{distribution} server (kind = \"{kind}\")", "ok" if found else "missing",
+                 f"{distribution} {_version(distribution)}" if found else "not installed",
+                 "" if found else f"pip install 'fabnb[{extra}]'")
 
 
 def check(model: bool = True, endpoint: bool = True) -> pd.DataFrame:

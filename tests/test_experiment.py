@@ -262,6 +262,23 @@ def test_the_docs_list_each_adapters_settings_as_the_file_check_reads_them():
     assert path_ok.systems[0].settings["answer_path"] == "answer"
 
 
+def test_every_setting_an_adapter_kind_lists_builds_it():
+    """A setting the file check allows is one the adapter takes: none may end in a TypeError at build time."""
+    from fabnb.experiment import SYSTEM_KINDS, adapter_settings
+
+    samples = {str: "x", int: 3, dict: {"q": "{question}"}, object: {"X-Trace": "1"}, (int, float): 1.5}
+    for kind, spec in SYSTEM_KINDS.items():
+        if kind == "reference" or spec.framework:
+            continue
+        for name, (types, _) in adapter_settings(kind).items():
+            settings = {n: samples[t] for n, (t, required) in adapter_settings(kind).items() if required}
+            settings[name] = samples.get(types, "x")
+            exp = Experiment.from_dict({"name": "x", "output": "o", "systems": [
+                {"name": "s", "kind": kind, "base_url": "http://127.0.0.1:9", "settings": settings}]})
+            system = exp.systems[0].build(None)
+            assert system.name == "s", (kind, name)
+
+
 def test_retrievers_come_from_one_registry_and_minilm_says_how_to_install_it(tmp_path, monkeypatch):
     from fabnb.experiment import SYSTEM_KINDS
     from fabnb.rag.retrievers import RETRIEVERS

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import textwrap
+import time
 
 import pandas as pd
 import pytest
@@ -256,7 +257,7 @@ def test_the_setup_hides_the_key_and_fills_the_budget_best_first():
 # ------------------------------------------------------------------ fabnb's default pipelines, live
 
 
-def _live_part(tmp_path, systems_toml: str, others: int):
+def _live_part(tmp_path, systems_toml: str, others: int, windows=(0.75, 1.5)):
     """The live tests' experiment (one FAB-Bench question, two windows, 128-token chunks, on the embedded model),
     its questions, and the part of the evidence corpus they index: the question's gold documents and the first
     ``others`` documents."""
@@ -269,11 +270,11 @@ def _live_part(tmp_path, systems_toml: str, others: int):
         chunk_size = 128
         chunk_overlap = 16
         [contexts]
-        windows = [0.75, 1.5]
+        windows = WINDOWS
         output_k = 0.125
         [judge]
         model = "embedded"
-    """) + textwrap.dedent(systems_toml))
+    """).replace("WINDOWS", json.dumps(list(windows))) + textwrap.dedent(systems_toml))
     exp = Experiment.from_file(tmp_path / "e.toml")
     questions = exp.questions()
     corpus = exp.documents().documents
@@ -324,6 +325,23 @@ def test_the_default_pipelines_answer_fab_bench_questions_on_the_embedded_model_
 # ------------------------------------------------------------------ a framework server, live: hayhooks
 
 
+def _ask_server(spec: dict, exp, questions, tmp_path):
+    """One ``[[systems]]`` entry, built as the runner builds it, asks the live part's question at each window."""
+    system = Experiment.from_dict({"name": "x", "output": "o", "systems": [spec]}).systems[0].build(None)
+    return run_grid([system], questions, exp.configs(), tmp_path / "answers.jsonl", progress=False, concurrency=1)
+
+
+def _answers_over_windows(run, tmp_path, log):
+    """The stored answers of :func:`_ask_server`'s run: both windows answered, each with an answer, and the
+    server's context growing with the window."""
+    frame = ResultsStore(tmp_path / "answers.jsonl").frame()
+    assert run.failed == 0 and len(frame) == 2, (frame[["status", "error"]], log.read_text()[-3000:])
+    assert frame["answer"].str.strip().astype(bool).all()
+    by_window = frame.groupby("context_k")["context_tokens"].mean()
+    assert by_window.iloc[1] > by_window.iloc[0] > 0, by_window  # the server filled each window's budget
+    return frame
+
+
 @pytest.mark.frameworks
 @pytest.mark.model
 def test_hayhooks_serves_fabnbs_haystack_pipeline_and_the_store_holds_the_servers_own_ids(tmp_path, fab_bench_dir):
@@ -361,25 +379,114 @@ def test_hayhooks_serves_fabnbs_haystack_pipeline_and_the_store_holds_the_server
     try:
         state = wait_ready(proc, lambda: answers_http(f"http://127.0.0.1:{port}/status"), timeout=120)
         assert state == "ready", (tmp_path / "hayhooks.log").read_text()[-3000:]
-        spec = {"name": "hh", "kind": "hayhooks", "base_url": f"http://127.0.0.1:{port}",
-                "settings": {"pipeline": "fabnb_haystack"}}
-        system = Experiment.from_dict({"name": "x", "output": "o", "systems": [spec]}).systems[0].build(None)
-        run = run_grid([system], questions, exp.configs(), tmp_path / "answers.jsonl", progress=False,
-                       concurrency=1)
+        run = _ask_server({"name": "hh", "kind": "hayhooks", "base_url": f"http://127.0.0.1:{port}",
+                           "settings": {"pipeline": "fabnb_haystack"}}, exp, questions, tmp_path)
     finally:
         stop_process(proc)
         log.close()
-    frame = ResultsStore(tmp_path / "answers.jsonl").frame()
-    assert run.failed == 0 and len(frame) == 2, (frame[["status", "error"]],
-                                                 (tmp_path / "hayhooks.log").read_text()[-3000:])
+    frame = _answers_over_windows(run, tmp_path, tmp_path / "hayhooks.log")
     # The ids the server's documents carry: Haystack ids its chunks by content and metadata, so the same splitter
     # over the same documents gives them here.
     splitter = DocumentSplitter(split_by="word", split_length=int(0.75 * 128), split_overlap=int(0.75 * 16))
     own = {d.id for d in splitter.run([Document(content=r["text"], meta={"doc_id": r["doc_id"]})
                                        for r in documents[["doc_id", "text"]].to_dict("records")])["documents"]}
-    assert frame["answer"].str.strip().astype(bool).all()
     for sources in frame["sources"]:
         assert sources and {s["id"] for s in sources} <= own
         assert {s["doc_id"] for s in sources} <= set(documents["doc_id"])
-    by_window = frame.groupby("context_k")["context_tokens"].mean()
-    assert by_window[1.5] > by_window[0.75] > 0, by_window  # the server filled each window's budget
+
+
+# ------------------------------------------------------------------ a framework server, live: LightRAG
+
+
+def _lightrag_side_server():
+    """What the embedded model cannot do for LightRAG, on loopback: ``/v1/embeddings`` by MiniLM (real vectors,
+    float or base64 as asked), and the entity-extraction role's chat, scripted to report no entities (the
+    embedded 270M model would take minutes per chunk to write garbage entities; naive mode never reads them)."""
+    import base64
+
+    import numpy as np
+
+    from fabnb.rag import minilm_embedder
+
+    embed = minilm_embedder()
+
+    def reply(request, n):
+        if "input" in request:
+            texts = request["input"] if isinstance(request["input"], list) else [request["input"]]
+            vectors = np.asarray(embed(texts), dtype=np.float32)
+            data = [{"object": "embedding", "index": i,
+                     "embedding": base64.b64encode(v.tobytes()).decode() if request.get("encoding_format") ==
+                     "base64" else v.tolist()} for i, v in enumerate(vectors)]
+            return 200, {"object": "list", "data": data, "model": request.get("model", "minilm"),
+                         "usage": {"prompt_tokens": 0, "total_tokens": 0}}, {}
+        return 200, completion("<|COMPLETE|>"), {}
+
+    return StubServer(reply)
+
+
+@pytest.mark.frameworks
+@pytest.mark.model
+def test_a_lightrag_server_answers_on_the_embedded_model_and_the_store_holds_its_own_chunk_ids(tmp_path,
+                                                                                                fab_bench_dir):
+    """A real ``lightrag-server`` (started here on loopback, stopped at the end) answers with the embedded model
+    (its query role) over part of the FAB-Bench corpus inserted through its API; a ``kind = "lightrag"`` system
+    asks one question at two windows, and the stored source ids are the chunk ids LightRAG keeps."""
+    import urllib.request
+    from pathlib import Path
+
+    import llama_index.core
+
+    from fabnb.experiment import Endpoint
+    from fabnb.process import answers_http, free_port, start_process, stop_process, wait_ready
+
+    exp, questions, documents = _live_part(tmp_path, """
+        [[systems]]
+        name = "local"
+        kind = "reference"
+        model = "embedded"
+    """, others=8, windows=(2, 3))  # LightRAG's own prompt and buffer take about 950 tokens of each
+    llm = Endpoint("embedded").llm()
+    port = free_port()
+    work = tmp_path / "lightrag"
+    with _lightrag_side_server() as side:
+        env = {**os.environ, "HOST": "127.0.0.1", "PORT": str(port), "WORKING_DIR": str(work / "store"),
+               "INPUT_DIR": str(work / "inputs"), "LLM_BINDING": "openai", "LLM_BINDING_HOST": llm.base_url,
+               "LLM_MODEL": llm.model, "LLM_BINDING_API_KEY": "none", "OPENAI_LLM_MAX_TOKENS": "128",
+               "EXTRACT_LLM_BINDING": "openai", "EXTRACT_LLM_BINDING_HOST": side.base_url,
+               "EXTRACT_LLM_MODEL": "scripted", "EXTRACT_LLM_BINDING_API_KEY": "none",
+               "EMBEDDING_BINDING": "openai", "EMBEDDING_BINDING_HOST": side.base_url,
+               "EMBEDDING_MODEL": "all-MiniLM-L6-v2", "EMBEDDING_DIM": "384", "EMBEDDING_BINDING_API_KEY": "none",
+               "CHUNK_SIZE": "128", "CHUNK_OVERLAP_SIZE": "16", "MAX_ASYNC": "1", "WORKERS": "1",
+               "TIKTOKEN_CACHE_DIR": str(Path(llama_index.core.__file__).parent / "_static" / "tiktoken_cache"),
+               "ENABLE_LLM_CACHE_FOR_EXTRACT": "false", "HF_HUB_OFFLINE": "1", "LOG_LEVEL": "WARNING"}
+        log = open(tmp_path / "lightrag.log", "wb")
+        server = f"http://127.0.0.1:{port}"
+        proc = start_process([str(Path(sys.executable).with_name("lightrag-server"))], env=env, cwd=tmp_path,
+                             stdout=log)
+        try:
+            state = wait_ready(proc, lambda: answers_http(f"{server}/health"), timeout=180)
+            assert state == "ready", (tmp_path / "lightrag.log").read_text()[-3000:]
+            body = json.dumps({"texts": list(documents["text"]), "file_sources": list(documents["doc_id"])})
+            request = urllib.request.Request(f"{server}/documents/texts", body.encode(),
+                                             {"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=60) as r:
+                track = json.load(r)["track_id"]
+            for _ in range(600):
+                with urllib.request.urlopen(f"{server}/documents/track_status/{track}", timeout=10) as r:
+                    # 1.5.7 names the states by their enum ("DocStatus.PROCESSED"), later versions by value
+                    summary = {k.split(".")[-1].lower(): v for k, v in json.load(r)["status_summary"].items()}
+                if sum(summary.values()) == len(documents) and set(summary) <= {"processed", "failed"}:
+                    break
+                time.sleep(0.5)
+            assert summary == {"processed": len(documents)}, (summary, (tmp_path / "lightrag.log").read_text()[-3000:])
+            run = _ask_server({"name": "lr", "kind": "lightrag", "base_url": server,
+                               "settings": {"chunk_size": 128}}, exp, questions, tmp_path)
+        finally:
+            stop_process(proc)
+            log.close()
+    frame = _answers_over_windows(run, tmp_path, tmp_path / "lightrag.log")
+    stored = json.loads((work / "store" / "kv_store_text_chunks.json").read_text())  # LightRAG's own chunks
+    for sources in frame["sources"]:
+        assert sources and {s["id"] for s in sources} <= set(stored)
+        assert {s["doc_id"] for s in sources} <= set(documents["doc_id"])
+        assert all(stored[s["id"]]["content"] == s["text"] for s in sources)

@@ -21,6 +21,7 @@ from fabnb.rag import (
     Hayhooks,
     HTTPAdapter,
     HybridRetriever,
+    LightRAG,
     MaxKB,
     Metaso,
     RAGConfig,
@@ -30,6 +31,7 @@ from fabnb.rag import (
     ReferenceRAG,
     ResultsStore,
     TfidfRetriever,
+    count_tokens,
     detect_context_use,
     mode_pairs,
     output_tokens,
@@ -363,6 +365,70 @@ def test_hayhooks_sends_the_windows_budget_and_reads_haystacks_documents():
         assert empty.sources == [] and empty.context_signal is None
     none = Hayhooks("http://127.0.0.1:9", "p", sources_path=None)
     assert not none.sources_exposed
+
+
+def _lightrag_reply(request, n, path, order=None):
+    """LightRAG 1.5.7's answers (HKUDS/LightRAG, ``lightrag/api/routers/query_routes.py``): ``/query`` is
+    ``QueryResponse`` (``response``, ``references`` as ``ReferenceItem``: ``reference_id``, ``file_path`` and, with
+    ``include_chunk_content``, ``content`` as the list of that file's chunk texts, grouped by file, the most cited
+    first; ``response_time``, ``llm_generated``); ``/query/data`` is ``QueryDataResponse`` (``status``, ``message``,
+    ``data`` with ``entities``, ``relationships``, ``chunks`` as ``convert_to_user_format`` in ``lightrag/utils.py``
+    writes them: ``reference_id``, ``content``, ``file_path``, ``chunk_id``; ``references``), ``metadata``."""
+    chunks = [{"reference_id": "1", "content": CHUNKS.text[1], "file_path": "d1", "chunk_id": "chunk-" + "a" * 32},
+              {"reference_id": "2", "content": CHUNKS.text[2], "file_path": "d2", "chunk_id": "chunk-" + "b" * 32},
+              {"reference_id": "1", "content": CHUNKS.text[0], "file_path": "d1", "chunk_id": "chunk-" + "c" * 32}]
+    chunks = [chunks[i] for i in (order or range(3))]
+    refs = [{"reference_id": "1", "file_path": "d1"}, {"reference_id": "2", "file_path": "d2"}]
+    if path == "/query":
+        content = {r["reference_id"]: [c["content"] for c in chunks if c["reference_id"] == r["reference_id"]]
+                   for r in refs}
+        return 200, {"response": "About 5 nm/min.\n\n### References\n\n- [1] d1",
+                     "references": [{**r, "content": content[r["reference_id"]]} for r in refs],
+                     "response_time": 1.9, "llm_generated": True}, {}
+    return 200, {"status": "success", "message": "Query processed successfully",
+                 "data": {"entities": [], "relationships": [], "chunks": chunks, "references": refs},
+                 "metadata": {"query_mode": "naive", "keywords": {"high_level": [], "low_level": []},
+                              "processing_info": {"total_chunks_found": 3, "final_chunks_count": 3}}}, {}
+
+
+def test_lightrag_sends_the_windows_budget_and_stores_its_chunks_in_retrieval_order_under_their_own_ids():
+    with StubServer(lambda request, n: _lightrag_reply(request, n, server.paths[-1])) as server:
+        a = LightRAG(server.root, api_key="lr-key", chunk_size=256)
+        config = RAGConfig(2, output_k=0.5)
+        answer = a.ask("What is the etch rate?", config)
+    assert server.paths == ["/query", "/query/data"]
+    assert server.requests[0] == {"query": "What is the etch rate?", "mode": "naive", "include_references": True,
+                                  "include_chunk_content": True, "max_total_tokens": 2048 - 512,
+                                  "chunk_top_k": 12}  # 1536 tokens in 256-token chunks, twice over
+    assert server.requests[1] == server.requests[0]
+    # LightRAG takes an API key as X-API-Key; a bearer token it would read as a login token, and refuse.
+    assert server.headers[0]["x-api-key"] == "lr-key" and "authorization" not in server.headers[0]
+    assert answer.answer.startswith("About 5 nm/min.")
+    assert answer.sources == [
+        {"id": "chunk-" + "a" * 32, "doc_id": "d1", "text": CHUNKS.text[1], "score": None},
+        {"id": "chunk-" + "b" * 32, "doc_id": "d2", "text": CHUNKS.text[2], "score": None},
+        {"id": "chunk-" + "c" * 32, "doc_id": "d1", "text": CHUNKS.text[0], "score": None}]
+    assert answer.context_tokens == count_tokens("\n\n".join(CHUNKS.text[[1, 2, 0]])) and answer.context_signal is None
+
+
+def test_lightrag_without_query_data_keeps_the_answers_chunks_and_none_retrieved_is_not_no_sources():
+    def reply(request, n):
+        if server.paths[-1] == "/query/data":
+            return 404, {"detail": "Not Found"}, {}
+        if request["query"] == "zzz?":  # LightRAG's canned reply when nothing is retrieved
+            return 200, {"response": "No relevant context found for the query.", "references": [],
+                         "response_time": 0.01, "llm_generated": False}, {}
+        return _lightrag_reply(request, n, "/query")
+
+    with StubServer(reply) as server:
+        a = LightRAG(server.root)
+        answer = a.ask("What is the etch rate?", RAGConfig(2, output_k=0.5))
+        empty = a.ask("zzz?", RAGConfig(2, output_k=0.5))
+    assert [s["id"] for s in answer.sources] == ["d1#0", "d1#1", "d2#0"]  # grouped by file, as /query gives them
+    assert [s["text"] for s in answer.sources] == list(CHUNKS.text[[1, 0, 2]])
+    assert "authorization" not in server.headers[0] and "x-api-key" not in server.headers[0]
+    assert empty.sources == [] and empty.context_signal is None and empty.context_tokens == 0
+    assert server.paths[-1] == "/query"  # nothing retrieved: no chunk ids to look up
 
 
 def test_maxkb_reads_its_sources_from_the_conversation_record():

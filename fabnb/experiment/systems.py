@@ -23,11 +23,13 @@ __all__ = ["SYSTEM_KINDS", "Endpoint", "SystemKind", "SystemSpec", "adapter_sett
 class SystemKind:
     """One kind of system: the adapter class in :mod:`fabnb.rag` (None: the reference system or a framework),
     whether its API gives back the retrieved context (the judge's rubrics without context are used where it does
-    not), and the in-process framework it runs (a key of :data:`fabnb.rag.frameworks.FRAMEWORKS`)."""
+    not), the in-process framework it runs (a key of :data:`fabnb.rag.frameworks.FRAMEWORKS`), and for a framework
+    server that installs with fabnb, its ``(module, distribution, extra)``, which ``fabnb doctor`` checks."""
 
     adapter: str | None
     exposes_context: bool
     framework: str | None = None
+    server: tuple[str, str, str] | None = None
 
 
 #: Every system kind an experiment file may name: the file check, the plan, the run and the docs read this.
@@ -37,7 +39,8 @@ SYSTEM_KINDS: dict[str, SystemKind] = {
     "ragflow": SystemKind("RAGFlow", True),
     "maxkb": SystemKind("MaxKB", True),
     "metaso": SystemKind("Metaso", True),
-    "hayhooks": SystemKind("Hayhooks", True),
+    "hayhooks": SystemKind("Hayhooks", True, server=("hayhooks", "hayhooks", "hayhooks")),
+    "lightrag": SystemKind("LightRAG", True, server=("lightrag", "lightrag-hku", "lightrag")),
     "http": SystemKind("HTTPAdapter", True),
     "llamaindex": SystemKind(None, True, "llamaindex"),
     "langchain": SystemKind(None, True, "langchain"),
@@ -147,7 +150,8 @@ _ANNOTATION_TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool
 
 def adapter_settings(kind: str) -> dict[str, tuple]:
     """The ``settings`` keys of an adapter kind: name -> (types, required), read from the adapter's signature (and
-    :class:`fabnb.rag.HTTPAdapter`'s, whose keys every adapter accepts). The file check and the docs read this.
+    :class:`fabnb.rag.HTTPAdapter`'s, less those the adapter fills itself, its ``FIXED``). The file check and the
+    docs read this.
 
     >>> sorted(n for n, (_, required) in adapter_settings("http").items() if required)
     ['answer_path', 'request']
@@ -159,9 +163,11 @@ def adapter_settings(kind: str) -> dict[str, tuple]:
     if SYSTEM_KINDS[kind].framework:
         return dict(FRAMEWORK_SETTINGS)
     out: dict[str, tuple] = {}
-    for cls, own in ((rag.HTTPAdapter, kind == "http"), (_adapter_class(kind), True)):
+    adapter = _adapter_class(kind)
+    for cls, own in ((rag.HTTPAdapter, kind == "http"), (adapter, True)):
         for name, p in inspect.signature(cls.__init__).parameters.items():
-            if name in _PROVIDED or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            fixed = cls is rag.HTTPAdapter and name in adapter.FIXED
+            if name in _PROVIDED or fixed or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
                 continue
             annotation = str(p.annotation).replace(" | None", "")
             out[name] = (_ANNOTATION_TYPES.get(annotation, object), own and p.default is inspect.Parameter.empty)

@@ -1,4 +1,5 @@
-"""Adapters for production RAG frameworks over HTTP: AnythingLLM, RAGFlow, MaxKB, Metaso, any JSON API."""
+"""Adapters for production RAG frameworks over HTTP: AnythingLLM, RAGFlow, MaxKB, Metaso, hayhooks, LightRAG, any JSON
+API."""
 
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ from .config import (
     count_tokens,
     truncate_tokens,
 )
-from .system import Answer, check_budget
+from .system import Answer, check_budget, count_context
 
-__all__ = ['AnythingLLM', 'HTTPAdapter', 'Hayhooks', 'MaxKB', 'Metaso', 'RAGFlow', 'detect_context_use', 'get_path']
+__all__ = ['AnythingLLM', 'HTTPAdapter', 'Hayhooks', 'LightRAG', 'MaxKB', 'Metaso', 'RAGFlow', 'detect_context_use',
+           'get_path']
 
 # ------------------------------------------------------------------ HTTP adapters
 
@@ -98,6 +100,11 @@ class HTTPAdapter:
     HTTPAdapter(name='my-rag', url='http://127.0.0.1:9/ask', api_key=set)
     """
 
+    #: The header the key goes in, and its value around the key.
+    AUTH: tuple[str, str] = ("Authorization", "Bearer {key}")
+    #: The arguments of this class an adapter for one API fills itself (so not settings of its kind).
+    FIXED: tuple[str, ...] = ()
+
     def __init__(self, name: str, url: str, request: dict, answer_path: str, sources_path: str | None = None,
                  source_text: str = "text", source_id: str = "id", api_key: str | None = None,
                  model: str = "", timeout: float = 120.0, headers: dict | None = None, kb=None):
@@ -164,7 +171,8 @@ class HTTPAdapter:
             raise RAGError(f"{self.name}: {url!r} is not an http(s) URL.", "connection")
         headers = {"Content-Type": "application/json", "Accept": "application/json", **self._headers}
         if self.__key:
-            headers["Authorization"] = f"Bearer {self.__key}"
+            name, value = self.AUTH
+            headers[name] = value.format(key=self.__key)
         payload = None if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8")
         path = parts.path or "/"
         path += f"?{parts.query}" if parts.query else ""
@@ -246,6 +254,10 @@ class HTTPAdapter:
         return answer
 
 
+#: What an adapter for one API fills itself: its request and where its answer and sources are.
+_SHAPE = ("request", "answer_path", "sources_path", "source_text", "source_id")
+
+
 def _openai_body(model: str, extra: dict | None = None) -> dict:
     return {"model": model, "messages": [{"role": "user", "content": "{question}"}], "stream": False,
             "max_tokens": "{max_tokens}", **(extra or {})}
@@ -267,6 +279,8 @@ class AnythingLLM(HTTPAdapter):
     sends them with ``POST /api/v1/workspace/{slug}/update``. The context window itself
     is the workspace model's token limit, set in AnythingLLM for each sweep point.
     """
+
+    FIXED = _SHAPE  # the request and the response paths are this API's
 
     HEADER = re.compile(r"\A[^<\n]{0,64}?<document_metadata>\n.*?</document_metadata>\n\n", re.S)  # after a prefix
 
@@ -313,6 +327,8 @@ class RAGFlow(HTTPAdapter):
     document_name, dataset_id, positions, url, similarity, ...): they become the sources. An answer without
     them has none and, as Appendix F says, its attribution is inferred from the content.
     """
+
+    FIXED = _SHAPE  # the request and the response paths are this API's
 
     PATHS = ("/api/v1/openai/{chat_id}/chat/completions", "/api/v1/chats_openai/{chat_id}/chat/completions")
 
@@ -365,6 +381,8 @@ class MaxKB(HTTPAdapter):
     gives no ``chat_id`` (MaxKB 1.x), the answer has no sources and carries Appendix F's heuristic context signal
     (:func:`detect_context_use`), and a warning says once why.
     """
+
+    FIXED = _SHAPE  # the request and the response paths are this API's
 
     RECORD = "/historical_conversation/{chat_id}/record/{record_id}"
 
@@ -425,6 +443,8 @@ class Hayhooks(HTTPAdapter):
     ``sources_path`` (None: the pipeline returns no sources, and its answers carry Appendix F's signal).
     """
 
+    FIXED = ("request",)  # the body is what hayhooks passes to run_api; the paths are settings
+
     def __init__(self, base_url: str, pipeline: str, api_key: str | None = None, answer_path: str = "result.answer",
                  sources_path: str | None = "result.documents", doc_id_field: str = "doc_id",
                  model: str = "hayhooks", **kwargs):
@@ -445,7 +465,74 @@ class Hayhooks(HTTPAdapter):
         if isinstance(result, dict) and isinstance(result.get("context_tokens"), int):
             answer.context_tokens = result["context_tokens"]
         elif answer.sources:
-            answer.context_tokens = count_tokens("\n\n".join(s["text"] for s in answer.sources))
+            answer.context_tokens = count_context(s["text"] for s in answer.sources)
+        return answer
+
+
+class LightRAG(HTTPAdapter):
+    """The LightRAG server: the answer from ``POST {base_url}/query``, the chunks it was built on as sources.
+
+    Read at HKUDS/LightRAG 1.5.7 (``lightrag/api/routers/query_routes.py``): ``/query`` takes ``query``, ``mode``,
+    ``chunk_top_k`` and ``max_total_tokens`` (the whole prompt's budget: LightRAG takes its own system prompt, the
+    query and 200 tokens of buffer off it and fills the rest with chunks) and, asked with ``include_references``
+    and ``include_chunk_content``, answers ``{"response", "references": [{"reference_id", "file_path",
+    "content": [chunk texts]}]}``. Those texts are the sources (``doc_id`` their ``file_path``: the document's own
+    name, as it was inserted). ``/query`` gives no chunk ids and groups the chunks by file; ``/query/data`` (the same
+    retrieval, without the answer) lists them in retrieval order with their ``chunk_id``, so the adapter asks it
+    after ``/query`` and, where it names the same chunks, stores them in that order under the ids LightRAG keeps
+    them by (LightRAG caches a mode's keyword extraction, so both retrieve alike). Where ``/query/data`` is
+    missing or names other chunks, the sources are ``/query``'s, each with the id ``{file_path}#{n}``. LightRAG
+    returns no similarity scores.
+
+    fabnb sends ``max_total_tokens`` = the window's input budget (:attr:`fabnb.rag.RAGConfig.input_budget`) and
+    ``chunk_top_k`` deep enough to fill it with chunks of the server's ``CHUNK_SIZE`` (``chunk_size``, LightRAG's
+    default 1200 tokens). ``mode = "naive"`` (vector search over chunks) works with any model; the graph modes
+    (``local``, ``global``, ``hybrid``, ``mix``) need one that extracts entities well.
+    """
+
+    FIXED = _SHAPE  # the request and the response paths are this API's
+
+    AUTH = ("X-API-Key", "{key}")  # LightRAG reads a bearer token as a login token and refuses an API key there
+
+    def __init__(self, base_url: str, api_key: str | None = None, mode: str = "naive", chunk_size: int = 1200,
+                 model: str = "lightrag", **kwargs):
+        self.base_url = base_url.rstrip("/")
+        self.mode, self.chunk_size = mode, chunk_size
+        super().__init__("lightrag", f"{self.base_url}/query",
+                         {"query": "{question}", "mode": mode, "include_references": True,
+                          "include_chunk_content": True},
+                         "response", "references", api_key=api_key, model=model, **kwargs)
+
+    def body(self, question: str, config: RAGConfig) -> dict:
+        depth = min(1000, max(1, -(-config.input_budget // max(1, self.chunk_size)) * 2))  # LightRAG's MAX_QUERY_TOP_K
+        return {**super().body(question, config), "max_total_tokens": config.input_budget, "chunk_top_k": depth}
+
+    def parse(self, data) -> Answer:
+        answer = super().parse(data)
+        sources = []
+        refs = data.get("references") if isinstance(data, dict) else None
+        for ref in refs if isinstance(refs, list) else []:
+            texts = ref.get("content") if isinstance(ref, dict) else None
+            for n, text in enumerate(texts if isinstance(texts, list) else []):
+                path = str(ref.get("file_path") or "")
+                sources.append({"id": f"{path}#{n}", "doc_id": path, "text": str(text), "score": None})
+        answer.sources = sources
+        answer.context_tokens = count_context(s["text"] for s in sources)
+        return answer
+
+    def ask(self, question: str, config: RAGConfig, gold_context: str | None = None) -> Answer:
+        answer = super().ask(question, config, gold_context)
+        if gold_context is None and answer.sources:
+            try:
+                chunks = get_path(self.post(f"{self.base_url}/query/data", self.body(question, config)), "data.chunks")
+            except (RAGError, KeyError):
+                chunks = []  # a server without /query/data: the sources keep their {file_path}#{n} ids
+            chunks = [{"id": str(c.get("chunk_id") or ""), "doc_id": str(c.get("file_path") or ""),
+                       "text": str(c.get("content") or ""), "score": None}
+                      for c in chunks if isinstance(c, dict)] if isinstance(chunks, list) else []
+            key = sorted((s["doc_id"], s["text"]) for s in answer.sources)
+            if all(c["id"] for c in chunks) and sorted((c["doc_id"], c["text"]) for c in chunks) == key:
+                answer.sources = chunks  # the same chunks, in retrieval order (/query groups them by file)
         return answer
 
 
@@ -457,6 +544,8 @@ class Metaso(HTTPAdapter):
     them elsewhere. Metaso's model cannot be reconfigured (Appendix F.1), so it takes
     part in cross-framework runs only.
     """
+
+    FIXED = _SHAPE  # the request and the response paths are this API's
 
     def __init__(self, base_url: str = "https://metaso.cn/api/v1", api_key: str | None = None, model: str = "fast",
                  references_path: str = "citations", **kwargs):

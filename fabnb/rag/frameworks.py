@@ -41,7 +41,7 @@ from ..llm import LLMError
 from ..tokens import count_tokens
 from .config import PROMPT_OVERHEAD, QUESTION_TOKENS, SYSTEM_PROMPT, RAGConfig, RAGError
 from .retrievers import minilm_path, pick_context
-from .system import Answer, answer_from_context, check_budget
+from .system import Answer, answer_from_context, check_budget, count_context
 
 __all__ = ["FRAMEWORKS", "QUESTION_TOKENS", "SERVE_ENV", "Framework", "FrameworkRAG", "FrameworkSetup",
            "ServedPipeline", "load_factory"]
@@ -436,7 +436,7 @@ class ServedPipeline:
         documents = [{"id": d.id, "content": d.content or "", "score": d.score, "meta": dict(d.meta or {})}
                      for d in docs]
         return {"answer": answer, "documents": documents,
-                "context_tokens": count_tokens("\n\n".join(d["content"] for d in documents)) if documents else 0}
+                "context_tokens": count_context(d["content"] for d in documents)}
 
 
 # ------------------------------------------------------------------ the registry
@@ -616,5 +616,5 @@ class FrameworkRAG:
                            _endpoint_cause(exc)) from None
         if not text.strip():
             raise RAGError(f"{self.name} ({self.framework.label}) returned an empty answer.", "empty-answer")
-        context_tokens = count_tokens("\n\n".join(s["text"] for s in sources)) if sources else 0
+        context_tokens = count_context(s["text"] for s in sources or [])
         return Answer(text, sources, time.perf_counter() - start, 0, 0, context_tokens)

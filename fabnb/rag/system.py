@@ -15,7 +15,7 @@ from .config import PROMPT_OVERHEAD, SYSTEM_PROMPT, RAGConfig, RAGError
 from .retrievers import Retriever, make_retriever, pick_context
 
 __all__ = ['Answer', 'RAGSystem', 'ReferenceRAG', 'answer_from_context', 'check_answer', 'check_budget',
-           'context_prompt']
+           'context_prompt', 'count_context']
 
 # ------------------------------------------------------------------ answers and the protocol
 
@@ -57,6 +57,17 @@ class RAGSystem(Protocol):
 
     def ask(self, question: str, config: RAGConfig, gold_context: str | None = None) -> Answer:
         """Answer through the system's own retrieval (mode A), or from ``gold_context`` (mode B)."""
+
+
+def count_context(texts) -> int:
+    """Tokens of retrieved context as fabnb counts them: the texts joined by blank lines, as a prompt holds them
+    (0 for none), what a system that fills its own window records as ``context_tokens``.
+
+    >>> count_context([]), count_context(["two words"]) > 0
+    (0, True)
+    """
+    texts = list(texts)
+    return count_tokens("\n\n".join(texts)) if texts else 0
 
 
 def context_prompt(question: str, context: str) -> list[dict]:
