@@ -60,6 +60,11 @@ def _questions(n: int) -> list[str]:
     return [f"What limits EUV resist sensitivity, case {i}?" for i in range(n)]
 
 
+#: One event loop for every direct async call: the frameworks' OpenAI clients keep their connections on the loop
+#: that first used them, so a second ``asyncio.run`` would meet a closed loop.
+_LOOP = asyncio.new_event_loop()
+
+
 def _direct(kind: str, pipeline, questions: list[str], c: int) -> float:
     start = time.perf_counter()
     if kind in ("langchain", "llamaindex"):
@@ -72,7 +77,7 @@ def _direct(kind: str, pipeline, questions: list[str], c: int) -> float:
 
             await asyncio.gather(*(one(q) for q in questions))
 
-        asyncio.run(loop())
+        _LOOP.run_until_complete(loop())
     else:
         with ThreadPoolExecutor(c) as pool:
             list(pool.map(lambda q: FRAMEWORKS[kind].read(pipeline, q), questions))

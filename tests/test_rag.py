@@ -24,6 +24,7 @@ from fabnb.rag import (
     LightRAG,
     MaxKB,
     Metaso,
+    OpenWebUI,
     RAGConfig,
     RAGError,
     RAGFlow,
@@ -429,6 +430,48 @@ def test_lightrag_without_query_data_keeps_the_answers_chunks_and_none_retrieved
     assert "authorization" not in server.headers[0] and "x-api-key" not in server.headers[0]
     assert empty.sources == [] and empty.context_signal is None and empty.context_tokens == 0
     assert server.paths[-1] == "/query"  # nothing retrieved: no chunk ids to look up
+
+
+def _openwebui_body(texts):
+    """Open WebUI 0.12.4's non-streaming ``/api/chat/completions`` answer over a knowledge collection, field for
+    field as a live server gave it (benchmarks/bench_openwebui.py --dump): the OpenAI body with ``sources`` beside
+    it, one entry per collection (``merge_events_into_response``, open_webui/utils/middleware.py). The texts are
+    ours; every chunk of a collection says ``start_index`` 0 (its chunks are split again when a file is added)."""
+    meta = [{"content_type": "text/plain", "file_id": file_id, "size": 4088, "start_index": 0, "name": name,
+             "hash": "597c730a", "created_by": "fc5a9520", "source": name, "file_hash": "597c730a",
+             "embedding_config": "{'engine': '', 'model': 'all-MiniLM-L6-v2'}"}
+            for file_id, name in (("0a18bb17", "etch-guide.txt"), ("0a18bb17", "etch-guide.txt"),
+                                  ("ac6921de", "nitride.md"))][:len(texts)]
+    return {"sources": [{"source": {"type": "collection", "id": "bcd78ee2"}, "document": texts, "metadata": meta,
+                         "distances": [0.944, 0.919, 0.907][:len(texts)]}] if texts else [],
+            "id": "chatcmpl-e47bddd5", "object": "chat.completion", "created": 1796280226, "model": "gemma",
+            "choices": [{"index": 0, "message": {"content": "About 5 nm/min.", "role": "assistant"},
+                         "logprobs": None, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1939, "completion_tokens": 64, "total_tokens": 2003}}
+
+
+def test_openwebui_asks_its_collection_and_stores_each_chunk_under_its_file_and_text():
+    import hashlib
+
+    texts = ["Silicon nitride etches at 5 nm/min.", "In hot phosphoric acid.", "Nitride is a mask."]
+    with StubServer(lambda request, n: (200, _openwebui_body(texts if "zzz" not in str(request) else []), {})
+                    ) as server:
+        a = OpenWebUI(server.root, "bcd78ee2", api_key="sk-owui", model="gemma")
+        answer = a.ask("What is the etch rate?", RAGConfig(2, output_k=0.5))
+        empty = a.ask("zzz?", RAGConfig(2, output_k=0.5))
+    assert server.paths[0] == "/api/chat/completions"
+    assert server.requests[0]["files"] == [{"type": "collection", "id": "bcd78ee2"}]
+    assert server.requests[0]["stream"] is False and server.requests[0]["model"] == "gemma"
+    assert server.headers[0]["authorization"] == "Bearer sk-owui"
+    assert answer.answer == "About 5 nm/min." and (answer.prompt_tokens, answer.completion_tokens) == (1939, 64)
+    digest = [hashlib.sha256(x.encode()).hexdigest()[:16] for x in texts]
+    # start_index is 0 for every chunk, so the id is the file and the text: two chunks of one file stay two
+    assert answer.sources == [
+        {"id": f"0a18bb17#{digest[0]}", "doc_id": "etch-guide", "text": texts[0], "score": 0.944},
+        {"id": f"0a18bb17#{digest[1]}", "doc_id": "etch-guide", "text": texts[1], "score": 0.919},
+        {"id": f"ac6921de#{digest[2]}", "doc_id": "nitride", "text": texts[2], "score": 0.907}]
+    assert answer.context_tokens == count_tokens("\n\n".join(texts)) and answer.context_signal is None
+    assert a.sources_exposed and empty.sources == [] and empty.context_tokens == 0  # none retrieved, not unexposed
 
 
 def test_maxkb_reads_its_sources_from_the_conversation_record():

@@ -41,6 +41,7 @@ SYSTEM_KINDS: dict[str, SystemKind] = {
     "metaso": SystemKind("Metaso", True),
     "hayhooks": SystemKind("Hayhooks", True, server=("hayhooks", "hayhooks", "hayhooks")),
     "lightrag": SystemKind("LightRAG", True, server=("lightrag", "lightrag-hku", "lightrag")),
+    "openwebui": SystemKind("OpenWebUI", True),  # a server of its own (7.4 GB): fabnb only talks to it
     "http": SystemKind("HTTPAdapter", True),
     "llamaindex": SystemKind(None, True, "llamaindex"),
     "langchain": SystemKind(None, True, "langchain"),

@@ -15,8 +15,8 @@ protocol, :class:`RAGSystem`: ``ask(question, config, gold_context=None) -> Answ
   :class:`MaxKB` (OpenAI-compatible; sources from the conversation record when the application shows them,
   else Appendix F's heuristic context detection),
   :class:`Metaso` (structured references), the framework servers :class:`Hayhooks` (a Haystack pipeline over
-  REST) and :class:`LightRAG` (its server's chunks), and :class:`HTTPAdapter` (any JSON API, by
-  request template and response paths).
+  REST), :class:`LightRAG` (its server's chunks) and :class:`OpenWebUI` (a knowledge collection's chunks), and
+  :class:`HTTPAdapter` (any JSON API, by request template and response paths).
 - Dual mode (Appendix F.3): mode ``"A"`` asks through the system's own retrieval, mode
   ``"B"`` injects the gold context. Results keep the mode, so B - A is per question.
 - :func:`run_grid` runs systems x context configurations x modes x questions with
@@ -35,8 +35,8 @@ results store is :class:`fabnb.records.ResultsStore`, re-exported here.
 from __future__ import annotations
 from ..records import ResultsStore
 from ..schema import RESULT_COLUMNS, RESULT_KEYS
-from .adapters import (AnythingLLM, Hayhooks, HTTPAdapter, LightRAG, MaxKB, Metaso, RAGFlow, detect_context_use,
-                       get_path)
+from .adapters import (AnythingLLM, Hayhooks, HTTPAdapter, LightRAG, MaxKB, Metaso, OpenWebUI, RAGFlow,
+                       detect_context_use, get_path)
 from .config import (ANYTHINGLLM_DEFAULTS, CONTEXT_INDICATORS, OUTPUT_SCHEDULE, PAPER_CONTEXTS, PROMPT_OVERHEAD,
                      SYSTEM_PROMPT, RAGConfig, RAGError, count_tokens, output_tokens, sweep, truncate_tokens)
 from .frameworks import (FRAMEWORKS, QUESTION_TOKENS, SERVE_ENV, Framework, FrameworkRAG, FrameworkSetup,
@@ -51,7 +51,7 @@ from .system import (Answer, RAGSystem, ReferenceRAG, answer_from_context, check
 
 __all__ = ['ANYTHINGLLM_DEFAULTS', 'Answer', 'AnythingLLM', 'BM25Retriever', 'CONTEXT_INDICATORS', 'DenseRetriever',
            'FRAMEWORKS', 'Framework', 'FrameworkRAG', 'FrameworkSetup', 'QUESTION_TOKENS', 'answer_from_context',
-           'Hayhooks', 'LightRAG', 'SERVE_ENV', 'ServedPipeline', 'count_context',
+           'Hayhooks', 'LightRAG', 'OpenWebUI', 'SERVE_ENV', 'ServedPipeline', 'count_context',
            'load_factory', 'minilm_path',
            'GridRun', 'HIT_COLUMNS', 'HTTPAdapter', 'HybridRetriever', 'MINILM', 'MaxKB', 'Metaso', 'OUTPUT_SCHEDULE',
            'PAPER_CONTEXTS', 'PROMPT_OVERHEAD', 'RAGConfig', 'RAGError', 'RAGFlow', 'RAGSystem', 'RESULT_COLUMNS',

@@ -3,6 +3,7 @@ API."""
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import re
@@ -25,8 +26,8 @@ from .config import (
 )
 from .system import Answer, check_budget, count_context
 
-__all__ = ['AnythingLLM', 'HTTPAdapter', 'Hayhooks', 'LightRAG', 'MaxKB', 'Metaso', 'RAGFlow', 'detect_context_use',
-           'get_path']
+__all__ = ['AnythingLLM', 'HTTPAdapter', 'Hayhooks', 'LightRAG', 'MaxKB', 'Metaso', 'OpenWebUI', 'RAGFlow',
+           'detect_context_use', 'get_path']
 
 # ------------------------------------------------------------------ HTTP adapters
 
@@ -533,6 +534,55 @@ class LightRAG(HTTPAdapter):
             key = sorted((s["doc_id"], s["text"]) for s in answer.sources)
             if all(c["id"] for c in chunks) and sorted((c["doc_id"], c["text"]) for c in chunks) == key:
                 answer.sources = chunks  # the same chunks, in retrieval order (/query groups them by file)
+        return answer
+
+
+class OpenWebUI(HTTPAdapter):
+    """Open WebUI's chat completions over a knowledge collection, the chunks it retrieved as sources.
+
+    Read at open-webui 0.12.4: ``POST {base_url}/api/chat/completions`` with ``stream: false`` and ``files: [{"type":
+    "collection", "id": collection}]`` retrieves from the knowledge collection (``get_sources_from_items`` in
+    ``open_webui/retrieval/utils.py``) and answers the OpenAI body with ``sources`` beside it
+    (``merge_events_into_response`` in ``open_webui/utils/middleware.py``): one entry per collection, with
+    ``document`` (the chunk texts), ``metadata`` (per chunk: ``file_id``, ``name``, ``source``, ...) and
+    ``distances`` (relevance, higher is closer). Each chunk becomes a source whose id is ``{file_id}#{digest}``:
+    the file Open WebUI keeps and the first 16 hex digits of the chunk text's SHA-256. Its vector store ids are
+    random per insert and never returned, and ``start_index`` cannot locate a chunk: adding a file to a knowledge
+    collection splits its chunks again, so every chunk there says 0 (seen live on 0.12.4). The ``doc_id`` is the
+    file's name without a ``.txt`` or ``.md`` suffix: upload each document as ``{doc_id}.txt`` so the
+    retrieval-side metrics find the gold ones.
+
+    Open WebUI retrieves a fixed number of chunks (its ``RAG_TOP_K``, "Top K" in the admin settings) whatever the
+    window: set it deep enough for the largest window; fabnb records the context tokens it actually got. Set
+    ``ENABLE_RETRIEVAL_QUERY_GENERATION=false`` on the server, or its model rewrites each question before
+    retrieval. The key is a user's API key or session token (``Authorization: Bearer``).
+    """
+
+    FIXED = _SHAPE  # the request and the response paths are this API's
+
+    def __init__(self, base_url: str, collection: str, api_key: str | None = None, model: str = "model", **kwargs):
+        self.collection = collection
+        super().__init__("openwebui", f"{base_url.rstrip('/')}/api/chat/completions",
+                         _openai_body(model, {"files": [{"type": "collection", "id": collection}]}),
+                         "choices.0.message.content", "sources", api_key=api_key, model=model, **kwargs)
+
+    def parse(self, data) -> Answer:
+        answer = super().parse(data)
+        sources = []
+        for entry in data.get("sources") or [] if isinstance(data, dict) else []:
+            if not isinstance(entry, dict):
+                continue
+            texts, metas, scores = (entry.get(k) if isinstance(entry.get(k), list) else []
+                                    for k in ("document", "metadata", "distances"))
+            for n, text in enumerate(texts):
+                meta = metas[n] if n < len(metas) and isinstance(metas[n], dict) else {}
+                file_id = str(meta.get("file_id") or (entry.get("source") or {}).get("id") or "")
+                name = str(meta.get("name") or meta.get("source") or file_id)
+                digest = hashlib.sha256(str(text).encode()).hexdigest()[:16]
+                sources.append({"id": f"{file_id}#{digest}", "doc_id": re.sub(r"\.(txt|md)$", "", name),
+                                "text": str(text), "score": scores[n] if n < len(scores) else None})
+        answer.sources = sources
+        answer.context_tokens = count_context(s["text"] for s in sources)
         return answer
 
 
