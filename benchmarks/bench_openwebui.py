@@ -31,8 +31,8 @@ import os
 import platform
 import secrets
 import shutil
+import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
@@ -43,30 +43,10 @@ from fabnb.experiment import Endpoint, Experiment
 from fabnb.process import answers_http, free_port, start_process, stop_process, wait_ready
 from fabnb.rag import ResultsStore, minilm_path, run_grid
 
+from common import TESTS  # noqa: E402  (benchmarks/common.py)
 
-def _part(folder: Path, questions: int, others: int):
-    """The experiment (FAB-Bench questions on the embedded model, two windows) and the documents to upload."""
-    (folder / "e.toml").write_text(textwrap.dedent(f"""
-        name = "openwebui"
-        output = "out"
-        [questions]
-        sample = {questions}
-        [contexts]
-        windows = [1, 2]
-        output_k = 0.125
-        [judge]
-        model = "embedded"
-        [[systems]]
-        name = "local"
-        kind = "reference"
-        model = "embedded"
-    """))
-    exp = Experiment.from_file(folder / "e.toml")
-    frame = exp.questions()
-    corpus = exp.documents().documents
-    gold = {d for ids in frame["gold_doc_ids"] for d in ids}
-    documents = corpus[corpus["doc_id"].isin(gold) | corpus.index.isin(range(others))].reset_index(drop=True)
-    return exp, frame, documents, gold
+sys.path.insert(0, str(TESTS))
+import test_frameworks as live  # noqa: E402  (the live tests' experiment and corpus part: _live_part)
 
 
 def main() -> None:
@@ -86,7 +66,9 @@ def main() -> None:
     print(f"# {platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPUs; open-webui "
           f"{version}; RAG_TOP_K {args.top_k}, CHUNK_SIZE {args.chunk_size} characters")
     tmp = Path(tempfile.mkdtemp(prefix="fabnb-openwebui-"))
-    exp, questions, documents, gold = _part(tmp, args.questions, args.others)
+    exp, questions, documents = live._live_part(tmp, '[[systems]]\nname = "local"\nkind = "reference"\n'
+                                                     'model = "embedded"\n', args.others, (1, 2), args.questions)
+    gold = {d for ids in questions["gold_doc_ids"] for d in ids}
     llm = Endpoint("embedded").llm()
     port = free_port()
     server = f"http://127.0.0.1:{port}"

@@ -257,15 +257,15 @@ def test_the_setup_hides_the_key_and_fills_the_budget_best_first():
 # ------------------------------------------------------------------ fabnb's default pipelines, live
 
 
-def _live_part(tmp_path, systems_toml: str, others: int, windows=(0.75, 1.5)):
-    """The live tests' experiment (one FAB-Bench question, two windows, 128-token chunks, on the embedded model),
-    its questions, and the part of the evidence corpus they index: the question's gold documents and the first
-    ``others`` documents."""
+def _live_part(tmp_path, systems_toml: str, others: int, windows=(0.75, 1.5), sample: int = 1):
+    """The live tests' experiment (``sample`` FAB-Bench questions, two windows, 128-token chunks, on the embedded
+    model), its questions, and the part of the evidence corpus they index: the questions' gold documents and the
+    first ``others`` documents. benchmarks/bench_openwebui.py uses it too."""
     (tmp_path / "e.toml").write_text(textwrap.dedent("""
         name = "live"
         output = "out"
         [questions]
-        sample = 1
+        sample = SAMPLE
         [corpus]
         chunk_size = 128
         chunk_overlap = 16
@@ -274,7 +274,8 @@ def _live_part(tmp_path, systems_toml: str, others: int, windows=(0.75, 1.5)):
         output_k = 0.125
         [judge]
         model = "embedded"
-    """).replace("WINDOWS", json.dumps(list(windows))) + textwrap.dedent(systems_toml))
+    """).replace("WINDOWS", json.dumps(list(windows))).replace("SAMPLE", str(int(sample))) +
+        textwrap.dedent(systems_toml))
     exp = Experiment.from_file(tmp_path / "e.toml")
     questions = exp.questions()
     corpus = exp.documents().documents
