@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fabnb.rag.grid import _measures  # what the grid stores with each answer for the sanity flags
 from fabnb.schema import METRICS
+from fabnb.text import word_measures  # what the grid stores with each answer for the sanity flags
 
 PAPER_CONTEXTS = (4, 8, 10, 12, 14, 16, 18, 20, 24, 28, 32)
 
@@ -46,8 +46,10 @@ def write_stores(folder: Path, seed: int = 0) -> None:
                     sources = [{"id": f"c{j}", "doc_id": f"D{rng.integers(300)}", "text": passage(),
                                 "score": float(1 - j / 10)} for j in range(4)]
                     answer = passage()[:1500]
+                    words, repetition = word_measures(answer)
                     a.write(json.dumps({**key, "output_tokens": 1024, "status": "ok", "cause": "", "error": "",
-                                        "answer": answer, **_measures(answer), "n_sources": 4, "sources_exposed": True,
+                                        "answer": answer, "answer_words": words, "answer_repetition": repetition,
+                                        "n_sources": 4, "sources_exposed": True,
                                         "sources": sources, "gold_retrieved": bool(rng.random() < 0.7),
                                         "ts": time.time()}) + "\n")
                     for metric in METRICS:

@@ -644,7 +644,8 @@ def metric_profile(scores: pd.DataFrame, context_k: float | None = None, by: str
     if rows.empty:
         where = "without a context" if context_k is None else f"at {context_k:g}K"
         raise ScoreError(f"no metric scores {where}.")
-    wide = rows.pivot_table(index=by, columns="metric", values="score", aggfunc="first", sort=False)
+    # The mean: a per-question frame has one row per question (the published tables, one row per cell).
+    wide = rows.pivot_table(index=by, columns="metric", values="score", aggfunc="mean", sort=False)
     wide = wide.reindex(columns=list(METRICS))
     out = wide.copy()
     out["average"] = wide.mean(axis=1)
@@ -677,10 +678,16 @@ def metric_gaps(scores: pd.DataFrame, context_k: float | None = None, by: str = 
     return pd.DataFrame(rows)
 
 
-def framework_table(scores: pd.DataFrame, by: str = "system") -> pd.DataFrame:
+def framework_table(scores: pd.DataFrame, by: str = "system", context_k: float | None = None) -> pd.DataFrame:
     """Cross-framework table in the shape of Table 5, with averages checked.
 
-    Uses rows without a context (one operating point per system).
+    Parameters
+    ----------
+    by : str
+        The column naming the frameworks.
+    context_k : float or None
+        The operating point: None uses rows without a context (Table 5), a number the rows at that window (a
+        live run's). Rows of one cell (questions of a per-question frame) are averaged.
 
     Returns
     -------
@@ -688,10 +695,11 @@ def framework_table(scores: pd.DataFrame, by: str = "system") -> pd.DataFrame:
         Index: the six metrics, then ``average (reported)`` (if the frame has
         ``average`` rows) and ``average (recomputed)``; one column per system.
     """
-    rows = scores[scores["context_k"].isna()]
+    rows = scores[scores["context_k"].isna()] if context_k is None else scores[scores["context_k"] == context_k]
     if rows.empty:
-        raise ScoreError("no rows without a context: a framework table needs one operating point per system.")
-    wide = rows.pivot_table(index="metric", columns=by, values="score", aggfunc="first", sort=False)
+        raise ScoreError("no rows without a context: a framework table needs one operating point per system."
+                         if context_k is None else f"no rows at {context_k:g}K; pick a window the scores hold.")
+    wide = rows.pivot_table(index="metric", columns=by, values="score", aggfunc="mean", sort=False)
     table = wide.reindex(list(METRICS))
     recomputed = table.mean(axis=0).rename("average (recomputed)")
     parts = [table]

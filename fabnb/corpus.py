@@ -83,6 +83,22 @@ class Corpus:
         return (f"Corpus({len(self.documents)} documents, {int(self.documents['n_chars'].sum()):,} characters, "
                 f"{len(self.problems)} problem(s))")
 
+    def select(self, doc_ids) -> "Corpus":
+        """A new corpus of the documents named in ``doc_ids`` (in this corpus's order), with their sections,
+        pages and problems; names it does not hold are ignored.
+
+        Examples
+        --------
+        >>> c = corpus_from_frame(pd.DataFrame({"doc_id": ["a", "b"], "text": ["one", "two"]}))
+        >>> c.select({"b", "z"}).documents["doc_id"].tolist()
+        ['b']
+        """
+        keep = set(doc_ids)
+        part = {name: frame[frame["doc_id"].isin(keep)].reset_index(drop=True) for name, frame in
+                (("documents", self.documents), ("sections", self.sections), ("pages", self.pages),
+                 ("problems", self.problems))}
+        return Corpus(**part)
+
     def document(self, doc_id: str) -> pd.Series:
         """One document's row."""
         hit = self.documents[self.documents["doc_id"] == doc_id]

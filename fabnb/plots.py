@@ -193,20 +193,23 @@ def plot_breakdown(scores: pd.DataFrame, context_k: float, models=None, ax=None,
     return _grouped_bars(ax, wide, f"Metric breakdown at {context_k:g}K context", low=low, high=high)
 
 
-def plot_frameworks(scores: pd.DataFrame, by: str = "system", ax=None):
+def plot_frameworks(scores: pd.DataFrame, by: str = "system", ax=None, context_k: float | None = None):
     """The six metrics of each RAG framework at its one operating point (Figure 7).
 
-    Uses rows without a context window (Table 5 style).
+    Uses rows without a context window (Table 5 style), or those at ``context_k`` (a live run's window); the rows
+    of one bar (a per-question frame's questions) are averaged.
 
     Returns
     -------
     matplotlib.axes.Axes
     """
-    ax = _axes(ax, size=(8, 4.5))
-    rows = scores[scores["context_k"].isna() & scores["metric"].isin(METRICS)]
+    at = scores["context_k"].isna() if context_k is None else scores["context_k"] == context_k
+    rows = scores[at & scores["metric"].isin(METRICS)]
     if rows.empty:
-        raise ValueError("no rows without a context window: plot_frameworks shows one operating point per system.")
-    wide = rows.pivot_table(index=by, columns="metric", values="score", aggfunc="first", sort=False)
+        raise ValueError("no rows without a context window: plot_frameworks shows one operating point per system."
+                         if context_k is None else f"no rows at {context_k:g}K; pick a window the scores hold.")
+    ax = _axes(ax, size=(8, 4.5))
+    wide = rows.pivot_table(index=by, columns="metric", values="score", aggfunc="mean", sort=False)
     if "model" in rows.columns and by != "model":
         models = rows.drop_duplicates(by).set_index(by)["model"]
         wide.index = [f"{s}\n({models[s]})" for s in wide.index]

@@ -215,6 +215,18 @@ def test_framework_table_and_average_check():
     assert bool(checks.loc["S1", "consistent"]) and not bool(checks.loc["S2", "consistent"])
 
 
+def test_framework_table_and_profile_average_a_per_question_frame_at_a_window():
+    """Once the tables took the first row of each cell: on a live run's per-question scores, one question."""
+    rows = [{"system": s, "model": "x", "context_k": 1.0, "test_id": q, "metric": m, "score": v + base}
+            for s, base in (("S1", 0.0), ("S2", 0.2)) for q, v in (("q1", 0.2), ("q2", 0.6)) for m in METRICS]
+    df = pd.DataFrame(rows)
+    t = A.framework_table(df, context_k=1.0)
+    assert t.loc["depth", "S1"] == pytest.approx(0.4) and t.loc["average (recomputed)", "S2"] == pytest.approx(0.6)
+    assert A.metric_profile(df, 1.0, by="system").set_index("system").loc["S2", "average"] == pytest.approx(0.6)
+    with pytest.raises(ScoreError, match="no rows at 2K"):
+        A.framework_table(df, context_k=2.0)
+
+
 def test_dual_mode_delta_pairs_and_flags():
     df = pd.DataFrame({"model": "m", "context_k": 8.0, "test_id": ["q1", "q1", "q2"], "metric": "factuality",
                        "mode": ["with_kb", "without_kb", "A"], "score": [0.2, 0.7, 0.5]})

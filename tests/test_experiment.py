@@ -19,7 +19,7 @@ import pytest
 
 from fabnb.experiment import Experiment, ExperimentError, check_output, plan, price_of, run_experiment
 from fabnb.judge.rubrics import STEPS
-from fabnb.rag import PAPER_CONTEXTS, PROMPT_OVERHEAD, SYSTEM_PROMPT, count_tokens
+from fabnb.rag import PAPER_CONTEXTS, PROMPT_OVERHEAD, SYSTEM_PROMPT, ResultsStore, count_tokens
 
 from conftest import ROOT
 from stub_openai import StubServer, completion
@@ -49,7 +49,7 @@ def write_file(folder: Path, **changes) -> Path:
     settings = {"sample": 4, "windows": "[1, 2]", "modes": '["A", "B"]', "retriever": "bm25",
                 "metrics": '["relevance", "depth"]', "budget": "", "name": "stub-study", "extra_system": "",
                 "extra_judge": "",
-                "report": "figures = []", "questions": ""}
+                "report": "figures = []", "questions": "", "corpus": ""}
     settings.update(changes)
     text = textwrap.dedent(f"""\
         name = "{settings['name']}"
@@ -64,6 +64,7 @@ def write_file(folder: Path, **changes) -> Path:
         [corpus]
         chunk_size = 128
         chunk_overlap = 32
+        {settings['corpus']}
 
         [contexts]
         windows = {settings['windows']}
@@ -481,6 +482,23 @@ def test_a_changed_cell_setting_is_refused_naming_the_difference(tmp_path, stub,
     assert named in str(err.value) and "new output folder" in str(err.value)
     fresh = Experiment.from_file(write_file(tmp_path, sample=1, windows="[1]", **change), output=tmp_path / "new")
     assert run_experiment(fresh, progress=False, probe=False, echo=quiet).status == "finished"
+
+
+def test_a_corpus_part_indexes_the_gold_documents_and_seeded_others_and_the_report_says_so(tmp_path, stub):
+    exp = Experiment.from_file(write_file(tmp_path, sample=3, windows="[1]", modes='["A"]', corpus="distractors = 5"))
+    gold = {d for ids in exp.questions()["gold_doc_ids"] for d in ids}
+    part = set(exp.documents().documents["doc_id"])
+    assert gold <= part and len(part - gold) == 5
+    assert set(Experiment.from_file(write_file(tmp_path, sample=3, windows="[1]", modes='["A"]',
+                                               corpus="distractors = 5")).documents().documents["doc_id"]) == part
+    assert set(exp.chunks()["doc_id"]) <= part
+    run = run_experiment(exp, progress=False, probe=False, echo=quiet)
+    retrieved = {s["doc_id"] for row in ResultsStore(run.output / "answers.jsonl").frame()["sources"] for s in row}
+    assert retrieved and retrieved <= part
+    assert "**A part of the corpus**: the systems retrieved from the questions' " in run.report.read_text()
+    with pytest.raises(ExperimentError, match="distractors"):  # another part is another corpus: refused
+        check_output(Experiment.from_file(write_file(tmp_path, sample=3, windows="[1]", modes='["A"]',
+                                                     corpus="distractors = 6")))
 
 
 def test_the_judge_rubric_version_is_part_of_the_cells(tmp_path, stub, monkeypatch):

@@ -2,6 +2,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import pandas as pd
 import pytest
 
 from fabnb import analysis as A
@@ -58,6 +59,10 @@ def test_deltas_heatmap_annotations_match_figure_6(sweeps):
 def test_frameworks_and_radar_and_correlations():
     ax = plots.plot_frameworks(published.frameworks())
     assert len(ax.patches) == 18
+    live = published.frameworks().assign(context_k=1.0)  # a live run's window, one row per question
+    live = pd.concat([live.assign(score=live["score"] - 0.1), live.assign(score=live["score"] + 0.1)])
+    heights = sorted(round(p.get_height(), 6) for p in plots.plot_frameworks(live, context_k=1.0).patches)
+    assert heights == sorted(round(p.get_height(), 6) for p in ax.patches)  # each bar the mean of its rows
     profile = A.metric_profile(published.context_sweeps(), 18)
     radar = plots.plot_radar(profile)
     assert radar.name == "polar" and len(radar.get_legend().get_texts()) == 3  # Qwen-2.5-72B has no 18K point

@@ -66,7 +66,7 @@ from .output import (
 from .planning import PLAN_COLUMNS, PROBE_COLUMNS, Plan, plan, probe_endpoints
 from .prices import PRICES, cost_of, price_of, price_text
 from .progress import MARKER, PROGRESS, RUN_STATES, ProgressFile, find_runs, read_progress, run_status, write_marker
-from .report import COVERAGE_COLUMNS, FEW_QUESTIONS, caveats, coverage, write_report
+from .report import COVERAGE_COLUMNS, FEW_QUESTIONS, caveats, coverage, question_scores, write_report
 from .run import ExperimentRun, run_experiment
 
 __all__ = ["COVERAGE_COLUMNS", "FAILURE_COLUMNS", "FEW_QUESTIONS", "MARKER", "PLAN_COLUMNS", "PRICES", "PROBE_COLUMNS",
@@ -74,6 +74,5 @@ __all__ = ["COVERAGE_COLUMNS", "FAILURE_COLUMNS", "FEW_QUESTIONS", "MARKER", "PL
            "Endpoint", "Experiment", "ExperimentError", "ExperimentRun", "JudgeSpec", "Plan", "ProgressFile",
            "QuestionsSpec", "ReportSpec", "SystemKind", "SystemSpec", "adapter_settings", "caveats", "check_output",
            "cost_of", "coverage", "failures", "find_runs", "plan", "price_of", "price_text", "prices_from_table",
-           "probe_endpoints", "read_manifest", "read_progress", "run_experiment", "run_status", "spent", "stored",
-           "stores", "tally", "write_json", "write_manifest", "write_marker",
-           "write_report"]
+           "probe_endpoints", "question_scores", "read_manifest", "read_progress", "run_experiment", "run_status",
+           "spent", "stored", "stores", "tally", "write_json", "write_manifest", "write_marker", "write_report"]

@@ -73,11 +73,17 @@ class QuestionsSpec:
 
 @dataclass(frozen=True)
 class CorpusSpec:
-    """``[corpus]``: the documents the reference systems retrieve from, and how they are chunked."""
+    """``[corpus]``: the documents the reference systems retrieve from, and how they are chunked.
+
+    ``distractors``: when set, only a part of the corpus is indexed: the sampled questions' gold documents and
+    this many others, drawn with the experiment's seed (a quick look: retrieval over a part is easier than over
+    the whole, and the report says so). None indexes every document.
+    """
 
     source: str = "fab-bench-evidence"
     chunk_size: int = 512
     chunk_overlap: int = 128
+    distractors: int | None = None
 
     @classmethod
     def from_table(cls, corpus: dict, where: str, text: str | None = None, base: Path | None = None) -> "CorpusSpec":
@@ -90,10 +96,14 @@ class CorpusSpec:
         if source != "fab-bench-evidence":
             source = _path(source, base or Path.cwd())
             _check_corpus_folder(source, where, text)
-        return cls(source, size, overlap)
+        distractors = corpus.get("distractors")
+        return cls(source, size, overlap, None if distractors is None else int(distractors))
 
     def signature(self) -> dict:
-        return {"source": self.source, "size": self.chunk_size, "overlap": self.chunk_overlap}
+        sig = {"source": self.source, "size": self.chunk_size, "overlap": self.chunk_overlap}
+        if self.distractors is not None:  # only then: the folders of whole-corpus runs keep their signature
+            sig["distractors"] = self.distractors
+        return sig
 
 
 def _check_corpus_folder(source: str, where: str, text: str | None) -> None:
@@ -408,9 +418,14 @@ class Experiment:
         from ..corpus import load_corpus
         from ..datasets import evidence_corpus, load_fab_bench
 
-        if self.corpus_source == "fab-bench-evidence":
-            return evidence_corpus(list(load_fab_bench()))
-        return load_corpus(self.corpus_source)
+        corpus = (evidence_corpus(list(load_fab_bench())) if self.corpus_source == "fab-bench-evidence"
+                  else load_corpus(self.corpus_source))
+        if self.corpus.distractors is None:
+            return corpus
+        gold = {d for ids in self.questions()["gold_doc_ids"] for d in ids}
+        others = corpus.documents[~corpus.documents["doc_id"].isin(gold)]
+        drawn = others.sample(n=min(self.corpus.distractors, len(others)), random_state=self.seed)
+        return corpus.select(gold | set(drawn["doc_id"]))
 
     def chunks(self, documents: pd.DataFrame | None = None) -> pd.DataFrame | None:
         """The chunked corpus for reference systems (None when no system is one)."""

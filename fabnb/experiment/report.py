@@ -11,7 +11,7 @@ from .. import __version__
 from .config import Experiment
 from .output import failures, now, stored, tally
 
-__all__ = ["COVERAGE_COLUMNS", "FEW_QUESTIONS", "caveats", "coverage", "write_report"]
+__all__ = ["COVERAGE_COLUMNS", "FEW_QUESTIONS", "caveats", "coverage", "question_scores", "write_report"]
 
 COVERAGE_COLUMNS = ["system", "context_k", "mode", "metric", "score", "ci_low", "ci_high", "n", "planned",
                     "flagged", "score_unflagged", "shown"]
@@ -105,6 +105,20 @@ def _per_question(scores: pd.DataFrame) -> pd.DataFrame:
     return to_score_frame(scores, by=by).drop(columns="n") if len(scores) else pd.DataFrame(columns=[*by, "score"])
 
 
+def question_scores(exp: Experiment, questions: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The experiment's judge scores as a per-question score frame, for :mod:`fabnb.analysis` and
+    :mod:`fabnb.intervals`.
+
+    Returns
+    -------
+    DataFrame
+        system, model, context_k, mode, test_id, metric, score: the ok scores of the planned cells, replicates
+        averaged (no ``average`` rows: :func:`fabnb.scores.with_average` adds them).
+    """
+    questions = exp.questions() if questions is None else questions
+    return _per_question(stored(exp, questions)[1])
+
+
 def _analyses(exp: Experiment, out: Path, per_question: pd.DataFrame) -> str:
     """``report/`` from the per-question scores (both modes where both ran); '' when written, else why not."""
     from ..report import reproduce
@@ -167,6 +181,11 @@ def caveats(exp: Experiment, questions: pd.DataFrame, scores: pd.DataFrame, cov:
         out.append(f"**Few questions**: {n_q} (fewer than {FEW_QUESTIONS}); the median 95% interval is "
                    + (f"{width:.2f} wide" if pd.notna(width) else "not drawn") + ", so close means do not differ. "
                    "More questions (`[questions] sample`) narrow it.")
+    if exp.corpus.distractors is not None:
+        gold = len({d for ids in questions["gold_doc_ids"] for d in ids})
+        out.append(f"**A part of the corpus**: the systems retrieved from the questions' {gold} gold documents and "
+                   f"{exp.corpus.distractors} others (`[corpus] distractors`), so retrieval had fewer documents to "
+                   "miss than over the whole corpus. Leave `distractors` out to index every document.")
     if exp.replicates == 1:
         out.append("**One replicate**: each answer was judged once, so the judge's own variance is not in the "
                    "intervals. `[judge] replicates = 3` measures it.")

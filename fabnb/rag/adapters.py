@@ -207,6 +207,20 @@ class HTTPAdapter:
             raise RAGError(f"{self.name}: {url} answered something that is not JSON: "
                            f"{self._sanitize(text)[:200]!r}", "bad-response") from None
 
+    def read_sources(self, data) -> list[dict] | None:
+        """The sources of a decoded response (id, doc_id, text, score), by ``sources_path``; None when this API
+        exposes none. An adapter whose API shapes its sources otherwise overrides this, not :meth:`parse`."""
+        if self.sources_path is None:
+            return None
+        try:
+            raw = get_path(data, self.sources_path)
+        except KeyError:
+            raw = []  # an answer without sources is an answer, with none retrieved
+        raw = raw if isinstance(raw, list) else []
+        return [{"id": str(s.get(self.source_id, i)), "doc_id": str(s.get("doc_id", s.get("title", ""))),
+                 "text": str(s.get(self.source_text, "")), "score": s.get("score")}
+                for i, s in enumerate(raw) if isinstance(s, dict)]
+
     def parse(self, data) -> Answer:
         """An :class:`Answer` from a decoded response, by the configured paths."""
         try:
@@ -219,21 +233,18 @@ class HTTPAdapter:
                            "bad-response")
         if not text.strip():
             raise RAGError(f"{self.name}: the answer is empty.", "empty-answer")
-        sources = None
-        if self.sources_path is not None:
-            try:
-                raw = get_path(data, self.sources_path)
-            except KeyError:
-                raw = []  # an answer without sources is an answer, with none retrieved
-            raw = raw if isinstance(raw, list) else []
-            sources = [{"id": str(s.get(self.source_id, i)), "doc_id": str(s.get("doc_id", s.get("title", ""))),
-                        "text": str(s.get(self.source_text, "")), "score": s.get("score")}
-                       for i, s in enumerate(raw) if isinstance(s, dict)]
+        sources = self.read_sources(data)
         usage = data.get("usage") if isinstance(data, dict) else None
         usage = usage if isinstance(usage, dict) else {}
-        signal = None if self.sources_exposed else detect_context_use(text, self._kb)["context_signal"]
-        return Answer(text, sources, 0.0, int(usage.get("prompt_tokens") or 0),
-                      int(usage.get("completion_tokens") or 0), context_signal=signal)
+        answer = Answer(text, sources, 0.0, int(usage.get("prompt_tokens") or 0),
+                        int(usage.get("completion_tokens") or 0))
+        return answer if self.sources_exposed else self._without_sources(answer)
+
+    def _without_sources(self, answer: Answer) -> Answer:
+        """``answer`` marked as one that came without sources, with Appendix F's heuristic context signal."""
+        answer.sources = None
+        answer.context_signal = detect_context_use(answer.answer, self._kb)["context_signal"]
+        return answer
 
     def message(self, question: str, config: RAGConfig, gold_context: str | None) -> str:
         """The text sent as the user's message: the question, or in mode B the gold context and the question."""
@@ -359,8 +370,7 @@ class RAGFlow(HTTPAdapter):
             answer.sources = [{"id": str(r.get("id", i)), "doc_id": "", "text": str(r.get("content", "")),
                                "score": None} for i, r in enumerate(raw or []) if isinstance(r, dict)]
         if not raw:  # no references returned: fall back to Appendix F's inference
-            answer.sources = None
-            answer.context_signal = detect_context_use(answer.answer, self._kb)["context_signal"]
+            answer = self._without_sources(answer)
         else:
             for s, r in zip(answer.sources, [r for r in raw if isinstance(r, dict)]):
                 s["doc_id"] = str(r.get("document_name") or r.get("document_id") or s["doc_id"])
@@ -508,8 +518,7 @@ class LightRAG(HTTPAdapter):
         depth = min(1000, max(1, -(-config.input_budget // max(1, self.chunk_size)) * 2))  # LightRAG's MAX_QUERY_TOP_K
         return {**super().body(question, config), "max_total_tokens": config.input_budget, "chunk_top_k": depth}
 
-    def parse(self, data) -> Answer:
-        answer = super().parse(data)
+    def read_sources(self, data) -> list[dict]:
         sources = []
         refs = data.get("references") if isinstance(data, dict) else None
         for ref in refs if isinstance(refs, list) else []:
@@ -517,8 +526,11 @@ class LightRAG(HTTPAdapter):
             for n, text in enumerate(texts if isinstance(texts, list) else []):
                 path = str(ref.get("file_path") or "")
                 sources.append({"id": f"{path}#{n}", "doc_id": path, "text": str(text), "score": None})
-        answer.sources = sources
-        answer.context_tokens = count_context(s["text"] for s in sources)
+        return sources
+
+    def parse(self, data) -> Answer:
+        answer = super().parse(data)
+        answer.context_tokens = count_context(s["text"] for s in answer.sources)
         return answer
 
     def ask(self, question: str, config: RAGConfig, gold_context: str | None = None) -> Answer:
@@ -566,8 +578,7 @@ class OpenWebUI(HTTPAdapter):
                          _openai_body(model, {"files": [{"type": "collection", "id": collection}]}),
                          "choices.0.message.content", "sources", api_key=api_key, model=model, **kwargs)
 
-    def parse(self, data) -> Answer:
-        answer = super().parse(data)
+    def read_sources(self, data) -> list[dict]:
         sources = []
         for entry in data.get("sources") or [] if isinstance(data, dict) else []:
             if not isinstance(entry, dict):
@@ -581,8 +592,11 @@ class OpenWebUI(HTTPAdapter):
                 digest = hashlib.sha256(str(text).encode()).hexdigest()[:16]
                 sources.append({"id": f"{file_id}#{digest}", "doc_id": re.sub(r"\.(txt|md)$", "", name),
                                 "text": str(text), "score": scores[n] if n < len(scores) else None})
-        answer.sources = sources
-        answer.context_tokens = count_context(s["text"] for s in sources)
+        return sources
+
+    def parse(self, data) -> Answer:
+        answer = super().parse(data)
+        answer.context_tokens = count_context(s["text"] for s in answer.sources)
         return answer
 
 
