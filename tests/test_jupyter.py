@@ -25,7 +25,7 @@ from pytest_jupyter.jupyter_server import *  # noqa: F401,F403
 from pytest_jupyter.pytest_tornasync import *  # noqa: F401,F403
 from tornado.httpclient import HTTPClientError
 
-from fabnb.experiment import Experiment, run_experiment
+from fabnb.experiment import Experiment, run_experiment, run_status
 from fabnb.jupyter.api import ApiError, Results, confine, new_experiment, plan
 
 from conftest import ROOT
@@ -273,13 +273,32 @@ def test_a_run_started_from_the_server_finishes_and_a_second_is_refused(jp_fetch
         while time.monotonic() < deadline:
             run = next(r for r in json.loads(_get(jp_fetch, jp_asyncio_loop, "runs").body) if r["path"] == "fresh/out")
             states.append(run["state"])
-            if run["state"] not in ("starting", "running"):
+            if run["state"] not in ("starting", "running", "ending"):
                 break
             time.sleep(0.2)
     assert states[-1] == "finished", (states, (root / "fresh" / "out" / "run.log").read_text()[-2000:])
     assert {"starting", "running"} & set(states[:-1])  # seen while it ran, then done
     judged = [r for r in server.requests if r.get("response_format")]
     assert len(judged) == 4 and len((root / "fresh" / "out" / "answers.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_run_whose_process_outlives_its_folder_is_ending_until_the_process_ends(tmp_path):
+    """Once Resume, clicked as the sidebar said "stopped", was refused (409): the stopped run's process was still
+    stopping the embedded model's server. Until that process ends its state is "ending"."""
+    from fabnb.experiment import write_manifest, write_marker
+    from fabnb.jupyter.api import runs
+
+    out = tmp_path / "out"
+    out.mkdir()
+    write_marker(out, "demo", str(tmp_path / "experiment.toml"))
+    write_manifest(out, {"name": "demo", "runs": [{"status": "stopped", "started": "2026-12-03T12:00:00+00:00"}]})
+
+    class Alive:  # a Jobs whose process of that folder is still up
+        def folders(self):
+            return {str(out.resolve())}
+
+    assert [r["state"] for r in runs(tmp_path)] == ["stopped"]
+    assert [(r["state"], r["started_here"]) for r in runs(tmp_path, Alive())] == [("ending", True)]
 
 
 def test_a_second_run_on_a_held_folder_is_refused_naming_the_holder(jp_root_dir, monkeypatch):
@@ -340,6 +359,9 @@ def test_stop_is_a_clean_stop_that_a_rerun_resumes(tmp_path, monkeypatch):
         assert manifest["runs"][-1]["status"] == "stopped" and "KeyboardInterrupt" in manifest["runs"][-1]["cause"]
         kept = answers.read_text().splitlines()
         assert 1 <= len(kept) < 4 and all(json.loads(line) for line in kept)
+        # The sidebar's counts after a stop are what is stored (once it said "answers: 0/2" over a stored answer).
+        stage = next(s for s in run_status(tmp_path / "out")["stages"] if s["stage"] == "answers")
+        assert stage["ok"] == sum(json.loads(line)["status"] == "ok" for line in kept) and stage["planned"] == 4
         jobs.start("experiment.toml")
         proc = jobs._procs[str((tmp_path / "out").resolve())]["proc"]
         assert proc.wait(120) == 0, (tmp_path / "out" / "run.log").read_text()[-2000:]

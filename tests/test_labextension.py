@@ -2,10 +2,10 @@
 
 One JupyterLab, installed as the README installs it, serves the whole walk: the launcher's *New experiment*,
 *Plan* and *Run* on the editor's toolbar (a run of 4 calls on the embedded model, the server's own process), the
-runs sidebar until the run is done, a double-click on the run's ``run.fabnb`` (the results viewer: figures,
-rows, one cell in full), and *Rate QA pairs* rated with the keyboard and read back from disk. The questions
-carry hostile HTML: every panel shows it as text. Screenshots are kept in ``tests/artifacts/`` (the docs use
-them).
+runs sidebar's *Stop* once the first answer is stored and *Resume* until the run is done (each cell stored
+once), a double-click on the run's ``run.fabnb`` (the results viewer: figures, rows, one cell in full), and
+*Rate QA pairs* rated with the keyboard and read back from disk. The questions carry hostile HTML: every panel
+shows it as text. Screenshots are kept in ``tests/artifacts/`` (the docs use them).
 
 Checked by breaking it once: with the panels' text set through ``innerHTML`` instead of ``textContent``
 (``labextension/src/api.ts``'s ``el``), the hostile-text assertion failed: the question's ``<img ...>`` became an
@@ -14,7 +14,9 @@ element and its text lost it.
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,18 @@ def _tiny(text: str, qa: Path) -> str:
         assert old in text, old
         text = text.replace(old, new)
     return text
+
+
+#: A script that is true when the sidebar shows the tiny run in ``state``.
+_STATE_IS = ("document.querySelector(\"#fabnb-runs .fabnb-run[data-path='fabnb-runs/experiment'] "
+             ".fabnb-run-state\")?.textContent.trim() === '{state}'")
+
+
+def _wait_until(test, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not test():
+        assert time.monotonic() < deadline, f"not within {seconds} s"
+        time.sleep(0.2)
 
 
 def _shot(page, name: str) -> None:
@@ -82,10 +96,22 @@ def test_the_extension_end_to_end_in_a_real_browser(tmp_path, fab_bench_dir):
             page.locator(".fabnb-run-button").click()  # saves the file, then starts the run on the server
             run = page.locator("#fabnb-runs .fabnb-run[data-path='fabnb-runs/experiment']")
             run.wait_for(timeout=60_000)
-            page.wait_for_function("document.querySelector(\"#fabnb-runs .fabnb-run[data-path='fabnb-runs/"
-                                   "experiment'] .fabnb-run-state\")?.textContent.trim() === 'finished'",
-                                   timeout=600_000)
+
+            # Stop in the sidebar once the first answer is stored, then Resume: the rest, nothing asked twice.
+            answers = work / "fabnb-runs" / "experiment" / "answers.jsonl"
+            _wait_until(lambda: answers.is_file() and answers.read_text().count("\n") >= 1, 300)
+            run.locator("button", has_text="Stop").click()
+            page.wait_for_function(_STATE_IS.format(state="stopped"), timeout=120_000)
+            assert [json.loads(line)["status"] for line in answers.read_text().splitlines()]  # every line whole
+            _shot(page, "stopped")
+            run.locator("button", has_text="Resume").click()
+            page.wait_for_function(_STATE_IS.format(state="finished"), timeout=600_000)
             assert "answers: 2/2 done" in run.inner_text() and "judge: 2/2 done" in run.inner_text()
+            for store in ("answers.jsonl", "scores.jsonl"):
+                rows = [json.loads(line) for line in (answers.parent / store).read_text().splitlines()]
+                ok = [tuple(r[k] for k in ("system", "context_k", "test_id", "metric") if k in r)
+                      for r in rows if r["status"] == "ok"]
+                assert len(ok) == len(set(ok)) == 2, (store, rows)  # each cell stored once: none asked twice
             page.locator(".jp-Notification-Toast, .Toastify__toast", has_text="ended: finished").first.wait_for(
                 timeout=30_000)
             _shot(page, "runs")

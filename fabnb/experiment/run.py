@@ -230,8 +230,7 @@ def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo, move
     def save(status: str, held: tuple | None = None) -> pd.DataFrame:
         t = tally(exp, questions, held)
         manifest["runs"][-1].update(ended=now(), status=status)
-        manifest["stages"] = json_records(t)
-        manifest["spent_usd"] = None if t["cost_usd"].isna().any() and exp.budget_usd is None else spent(t)
+        _tally_into(manifest, exp, t)
         write_manifest(out, manifest)
         return t
 
@@ -257,12 +256,22 @@ def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo, move
         # Ctrl-C, the kernel's stop button, SIGTERM from fabnb's JupyterLab extension: a stop a rerun resumes.
         status = "stopped" if isinstance(exc, KeyboardInterrupt) else "failed"
         manifest["runs"][-1].update(ended=now(), status=status, cause=f"{type(exc).__name__}: {exc}"[:500])
+        try:  # the counts and the money as stored, for the sidebar and `fabnb run --dry-run` alike
+            _tally_into(manifest, exp, tally(exp, questions))
+        except Exception:  # noqa: BLE001 - a store that cannot be read now must not hide why the run ended
+            pass
         bar.close(status)
         _record_failure(out, manifest, echo)
         raise
     failed = failures(exp, questions, held)
     echo(_summary_line(exp, t, failed, status, wrote_analyses))
     return ExperimentRun(out, plan_, t, status, failed, report)
+
+
+def _tally_into(manifest: dict, exp: Experiment, t: pd.DataFrame) -> None:
+    """The manifest's stage counts and money spent, from :func:`tally`."""
+    manifest["stages"] = json_records(t)
+    manifest["spent_usd"] = None if t["cost_usd"].isna().any() and exp.budget_usd is None else spent(t)
 
 
 def _endpoint_of(signatures: dict, name: str) -> str | None:

@@ -78,6 +78,10 @@ def runs(root: str | Path, jobs=None) -> list[dict]:
         r["started_here"] = str((root / r["path"]).resolve()) in mine
         if r["started_here"] and r["state"] == "new":
             r["state"] = "starting"  # its process is up and has not taken its folder yet
+        elif r["started_here"] and r["state"] != "running":
+            # Its process let the folder go and is still up (stopping the embedded model's server): a Resume
+            # now would be refused, so the sidebar offers none until it has ended.
+            r["state"] = "ending"
     return sorted(out, key=lambda r: (r["state"] != "running", str(r.get("started") or "")))
 
 

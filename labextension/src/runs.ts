@@ -63,7 +63,7 @@ export class RunsPanel extends Widget {
     }
     for (const r of runs) {
       const before = this.last.get(r.path);
-      const live = (state?: string) => state === 'running' || state === 'starting';
+      const live = (state?: string) => state === 'running' || state === 'starting' || state === 'ending';
       if (live(before) && !live(r.state)) {
         this.onEnded(r);
       }
@@ -111,7 +111,7 @@ export class RunsPanel extends Widget {
     }
     if (r.state === 'running' || r.state === 'starting') {
       box.append(this.action('Stop', 'runs/stop', { path: r.path }));
-    } else if (r.experiment_file && r.state !== 'finished') {
+    } else if (r.experiment_file && r.state !== 'finished' && r.state !== 'ending') {
       box.append(this.action('Resume', 'runs', { file: r.experiment_file }));
     }
     return box;
