@@ -389,8 +389,8 @@ class ServedPipeline:
     def __init__(self, setup: FrameworkSetup, factory=None):
         self.setup = setup
         self.factory = load_factory(factory, "haystack") if isinstance(factory, str) else factory or default_haystack
-        self._pipelines: dict = {}
-        self._lock = threading.Lock()
+        name = factory if isinstance(factory, str) else getattr(self.factory, "__qualname__", repr(self.factory))
+        self._pipelines = _Pipelines(self.factory, name, FRAMEWORKS["haystack"], "the served pipeline")
 
     @classmethod
     def from_env(cls, environ: Mapping | None = None) -> "ServedPipeline":
@@ -419,15 +419,8 @@ class ServedPipeline:
 
     def pipeline(self, context_tokens: int, max_tokens: int):
         """The pipeline of one budget, made once."""
-        key = (int(context_tokens), int(max_tokens))
-        with self._lock:
-            if key not in self._pipelines:
-                made = self.factory(dataclasses.replace(self.setup, context_tokens=key[0], max_output_tokens=key[1]))
-                if not _is_haystack_pipeline(made):
-                    raise RAGError(f"the factory returned {type(made).__name__}; expected "
-                                   f"{FRAMEWORKS['haystack'].expects}.", "bad-factory")
-                self._pipelines[key] = made
-            return self._pipelines[key]
+        return self._pipelines.get(dataclasses.replace(self.setup, context_tokens=int(context_tokens),
+                                                       max_output_tokens=int(max_tokens)))
 
     def run(self, question: str, context_tokens: int = 2048, max_tokens: int = 512) -> dict:
         """``{"answer", "documents", "context_tokens"}``: the answer, the Documents sent to the model as Haystack
@@ -533,6 +526,33 @@ def _endpoint_cause(exc: Exception) -> str:
     return f"http-{status}" if isinstance(status, int) else f"framework-{name}"
 
 
+class _Pipelines:
+    """A factory's pipelines, one per budget: made when first asked for, checked, and kept (a corpus is indexed
+    once). ``owner`` names who asks in the errors (a system, or the served pipeline)."""
+
+    def __init__(self, factory: Callable, factory_name: str, fw: Framework, owner: str):
+        self.factory, self.factory_name, self.framework, self.owner = factory, factory_name, fw, owner
+        self._made: dict = {}
+        self._lock = threading.Lock()
+
+    def get(self, setup: FrameworkSetup):
+        key = (setup.context_tokens, setup.max_output_tokens, setup.temperature, setup.n_snippets, setup.threshold)
+        with self._lock:
+            if key not in self._made:
+                try:
+                    made = self.factory(setup)
+                except RAGError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a user's factory may fail in any way; it is named
+                    raise RAGError(f"{self.owner}: factory {self.factory_name!r} raised {type(exc).__name__}: "
+                                   f"{exc}", "bad-factory") from None
+                if not self.framework.accepts(made):
+                    raise RAGError(f"{self.owner}: factory {self.factory_name!r} returned {type(made).__name__}; "
+                                   f"expected {self.framework.expects}.", "bad-factory")
+                self._made[key] = made
+            return self._made[key]
+
+
 class FrameworkRAG:
     """A framework pipeline as a :class:`~fabnb.rag.RAGSystem`.
 
@@ -561,8 +581,7 @@ class FrameworkRAG:
             self.factory, self.factory_name = self.framework.default, f"{self.framework.label} default"
         self.setup, self.llm, self.model = setup, llm, llm.model
         self.name = name or kind
-        self._pipelines: dict = {}
-        self._lock = threading.Lock()
+        self._pipelines = _Pipelines(self.factory, self.factory_name, self.framework, self.name)
 
     def __repr__(self) -> str:
         return (f"FrameworkRAG(name={self.name!r}, kind={self.kind!r}, factory={self.factory_name!r}, "
@@ -577,22 +596,7 @@ class FrameworkRAG:
 
     def pipeline(self, config: RAGConfig):
         """The pipeline of one configuration, made by the factory once and checked."""
-        setup = self.setup_for(config)
-        key = (setup.context_tokens, setup.max_output_tokens, setup.temperature, setup.n_snippets, setup.threshold)
-        with self._lock:
-            if key not in self._pipelines:
-                try:
-                    made = self.factory(setup)
-                except RAGError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - a user's factory may fail in any way; it is named
-                    raise RAGError(f"{self.name}: factory {self.factory_name!r} raised {type(exc).__name__}: {exc}",
-                                   "bad-factory") from None
-                if not self.framework.accepts(made):
-                    raise RAGError(f"{self.name}: factory {self.factory_name!r} returned {type(made).__name__}; "
-                                   f"expected {self.framework.expects}.", "bad-factory")
-                self._pipelines[key] = made
-            return self._pipelines[key]
+        return self._pipelines.get(self.setup_for(config))
 
     def prepare(self, configs) -> None:
         """Makes and checks every configuration's pipeline before any question is asked."""
