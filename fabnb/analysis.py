@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .schema import AVERAGE, METRICS, SCORE_KEYS
-from .scores import ScoreError, require_models, sweep
+from .scores import ScoreError, at_window, require_models, sweep
 
 __all__ = ['MIN_CORRELATION_N', 'MIN_FIT_WINDOWS', 'check_averages', 'classify_scaling', 'compare_correlations',
            'context_to_reach', 'crossovers', 'dilution', 'dual_mode_delta', 'fit_log_curves', 'fit_logistic_curves',
@@ -639,8 +639,7 @@ def metric_profile(scores: pd.DataFrame, context_k: float | None = None, by: str
         One row per ``by`` value: the six metric columns, average (mean of the six),
         best_metric, worst_metric, range (max - min), std (population).
     """
-    rows = scores[scores["metric"].isin(METRICS)]
-    rows = rows[rows["context_k"].isna()] if context_k is None else rows[rows["context_k"] == context_k]
+    rows = at_window(scores[scores["metric"].isin(METRICS)], context_k)
     if rows.empty:
         where = "without a context" if context_k is None else f"at {context_k:g}K"
         raise ScoreError(f"no metric scores {where}.")
@@ -695,7 +694,7 @@ def framework_table(scores: pd.DataFrame, by: str = "system", context_k: float |
         Index: the six metrics, then ``average (reported)`` (if the frame has
         ``average`` rows) and ``average (recomputed)``; one column per system.
     """
-    rows = scores[scores["context_k"].isna()] if context_k is None else scores[scores["context_k"] == context_k]
+    rows = at_window(scores, context_k)
     if rows.empty:
         raise ScoreError("no rows without a context: a framework table needs one operating point per system."
                          if context_k is None else f"no rows at {context_k:g}K; pick a window the scores hold.")

@@ -25,7 +25,7 @@ import pandas as pd
 
 from .analysis import fit_log_curves, fit_logistic_curves, predict_log_curve, predict_logistic_curve
 from .schema import AVERAGE, METRIC_LABELS, METRICS
-from .scores import sweep
+from .scores import at_window, sweep
 
 __all__ = ['plot_breakdown', 'plot_correlations', 'plot_deltas', 'plot_failures', 'plot_frameworks', 'plot_generation',
            'plot_mode_gap', 'plot_radar', 'plot_scaling']
@@ -203,8 +203,7 @@ def plot_frameworks(scores: pd.DataFrame, by: str = "system", ax=None, context_k
     -------
     matplotlib.axes.Axes
     """
-    at = scores["context_k"].isna() if context_k is None else scores["context_k"] == context_k
-    rows = scores[at & scores["metric"].isin(METRICS)]
+    rows = at_window(scores[scores["metric"].isin(METRICS)], context_k)
     if rows.empty:
         raise ValueError("no rows without a context window: plot_frameworks shows one operating point per system."
                          if context_k is None else f"no rows at {context_k:g}K; pick a window the scores hold.")

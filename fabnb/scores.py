@@ -25,7 +25,7 @@ import pandas as pd
 from .errors import FabnbError
 from .schema import ALL_METRICS, AVERAGE, METRICS, SCORE_KEYS, SCORE_REQUIRED
 
-__all__ = ['ScoreError', 'check_scores', 'read_scores', 'require_models', 'sweep', 'with_average']
+__all__ = ['ScoreError', 'at_window', 'check_scores', 'read_scores', 'require_models', 'sweep', 'with_average']
 
 
 class ScoreError(FabnbError, ValueError):
@@ -178,6 +178,16 @@ def with_average(scores: pd.DataFrame) -> pd.DataFrame:
     mean = mean.merge(have, on=keys, how="left", indicator=True)
     mean = mean[mean["_merge"] == "left_only"].drop(columns="_merge").assign(metric=AVERAGE)
     return pd.concat([scores, mean], ignore_index=True)
+
+
+def at_window(scores: pd.DataFrame, context_k: float | None) -> pd.DataFrame:
+    """The rows of one operating point: those without a context (Table 5) when ``context_k`` is None, else those
+    at that window.
+
+    >>> at_window(pd.DataFrame({"context_k": [None, 4.0, 8.0], "score": [0.1, 0.2, 0.3]}), 4)["score"].tolist()
+    [0.2]
+    """
+    return scores[scores["context_k"].isna()] if context_k is None else scores[scores["context_k"] == context_k]
 
 
 def sweep(scores: pd.DataFrame, metric: str = AVERAGE) -> pd.DataFrame:

@@ -410,9 +410,10 @@ class Experiment:
             frame = frame.drop(columns="_rank").sort_values("test_id")
         return frame.reset_index(drop=True)
 
-    def documents(self):
+    def documents(self, questions: pd.DataFrame | None = None):
         """The corpus (a :class:`fabnb.corpus.Corpus`) when a system retrieves from it (a reference system or a
-        framework); else None."""
+        framework); else None. ``questions``: :meth:`questions`, when the caller has them (``distractors``
+        keeps their gold documents)."""
         if not any(s.uses_endpoint for s in self.systems):
             return None
         from ..corpus import load_corpus
@@ -422,12 +423,12 @@ class Experiment:
                   else load_corpus(self.corpus_source))
         if self.corpus.distractors is None:
             return corpus
-        gold = {d for ids in self.questions()["gold_doc_ids"] for d in ids}
+        gold = gold_documents(self.questions() if questions is None else questions)
         others = corpus.documents[~corpus.documents["doc_id"].isin(gold)]
         drawn = others.sample(n=min(self.corpus.distractors, len(others)), random_state=self.seed)
         return corpus.select(gold | set(drawn["doc_id"]))
 
-    def chunks(self, documents: pd.DataFrame | None = None) -> pd.DataFrame | None:
+    def chunks(self, documents=None, questions: pd.DataFrame | None = None) -> pd.DataFrame | None:
         """The chunked corpus for reference systems (None when no system is one)."""
         if all(s.kind != "reference" for s in self.systems):
             return None
@@ -435,7 +436,7 @@ class Experiment:
 
         from ..corpus import chunk_corpus
 
-        corpus = self.documents() if documents is None else documents
+        corpus = self.documents(questions) if documents is None else documents
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return chunk_corpus(corpus, size=self.chunk_size, overlap=self.chunk_overlap)
@@ -444,6 +445,11 @@ class Experiment:
         systems = {s.name: s.signature(self.corpus.signature(), self.output_k) for s in self.systems}
         knobs = {"n_snippets": self.n_snippets, "threshold": self.threshold, "temperature": self.temperature}
         return {"systems": systems, "retrieval": knobs, "judge": self.judging.signature()}
+
+
+def gold_documents(questions: pd.DataFrame) -> set:
+    """The doc_ids of the questions' gold documents (``gold_doc_ids``, a list per question)."""
+    return {d for ids in questions["gold_doc_ids"] for d in ids}
 
 
 def _name(data: dict, where: str) -> str:

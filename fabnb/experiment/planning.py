@@ -366,7 +366,7 @@ def plan(exp: Experiment, probe: bool = False, _cache: dict | None = None) -> Pl
     if questions is None:
         questions = cache["questions"] = exp.questions()
     if "chunks" not in cache:
-        cache["chunks"] = exp.chunks()
+        cache["chunks"] = exp.chunks(questions=questions)
     answers = _answer_estimates(exp, questions, cache["chunks"], exp.configs())
     answers, judged = _mark_done(exp, answers, _judge_estimates(exp, questions, answers))
     probes = probe_endpoints(exp, cache.get("built", {})) if probe else pd.DataFrame(columns=PROBE_COLUMNS)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from .. import __version__
-from .config import Experiment
+from .config import Experiment, gold_documents
 from .output import failures, now, stored, tally
 
 __all__ = ["COVERAGE_COLUMNS", "FEW_QUESTIONS", "caveats", "coverage", "question_scores", "write_report"]
@@ -182,7 +182,7 @@ def caveats(exp: Experiment, questions: pd.DataFrame, scores: pd.DataFrame, cov:
                    + (f"{width:.2f} wide" if pd.notna(width) else "not drawn") + ", so close means do not differ. "
                    "More questions (`[questions] sample`) narrow it.")
     if exp.corpus.distractors is not None:
-        gold = len({d for ids in questions["gold_doc_ids"] for d in ids})
+        gold = len(gold_documents(questions))
         out.append(f"**A part of the corpus**: the systems retrieved from the questions' {gold} gold documents and "
                    f"{exp.corpus.distractors} others (`[corpus] distractors`), so retrieval had fewer documents to "
                    "miss than over the whole corpus. Leave `distractors` out to index every document.")

@@ -190,9 +190,9 @@ def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe
 
 def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo, moved: tuple) -> ExperimentRun:
     old = check_output(exp, moved)
-    documents = exp.documents()
-    cache: dict = {"questions": exp.questions(), "chunks": exp.chunks(documents)}
-    questions = cache["questions"]
+    questions = exp.questions()
+    documents = exp.documents(questions)
+    cache: dict = {"questions": questions, "chunks": exp.chunks(documents)}
     # Building a system starts nothing but the embedded server; a dry run without probes starts nothing at all.
     chunking = {"chunk_size": exp.chunk_size, "chunk_overlap": exp.chunk_overlap}
     built = ({s.name: s.build(cache["chunks"], exp.concurrency, documents, chunking) for s in exp.systems}
