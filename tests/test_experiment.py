@@ -664,6 +664,9 @@ def test_the_cli_prints_the_plan_and_names_a_bad_file(tmp_path, stub, capsys):
     assert main(["run", str(write_file(tmp_path)), "--dry-run", "--no-progress"]) == 0
     printed = capsys.readouterr().out
     assert "plan: 4 questions" in printed and "cost to do: $" in printed
+    (tmp_path / "one").mkdir()
+    assert main(["run", str(write_file(tmp_path / "one", sample=1)), "--dry-run", "--no-progress"]) == 0
+    assert "plan: 1 question; " in capsys.readouterr().out
     bad = tmp_path / "bad.toml"
     bad.write_text('name = "x"\noutput = "o"\nwindowz = 3\n')
     assert main(["run", str(bad), "--dry-run"]) == 2

@@ -243,6 +243,24 @@ def test_framework_kinds_need_a_model_and_take_only_a_factory(tmp_path):
         assert all(w in str(err.value) for w in words), str(err.value)
 
 
+def test_a_window_too_small_for_a_default_pipelines_chunks_is_refused_and_a_factory_is_not(tmp_path):
+    """examples/frameworks.toml once shipped windows = [0.5] with 128-token chunks: a 64-token budget, and
+    Haystack's default pipeline sent no context while the reference system sent 250 tokens."""
+    head = ('name = "x"\noutput = "o"\n[corpus]\nchunk_size = 128\nchunk_overlap = 16\n'
+            '[contexts]\nwindows = WINDOWS\noutput_k = 0.125\n')
+    system = '[[systems]]\nname = "lc"\nkind = "langchain"\nmodel = "embedded"\n'
+    (tmp_path / "e.toml").write_text(head.replace("WINDOWS", "[0.5, 1]") + system)
+    with pytest.raises(ExperimentError) as err:
+        Experiment.from_file(tmp_path / "e.toml")
+    text = str(err.value)
+    assert "line 7" in text and "['lc']" in text and "0.5K gives 64" in text and "1.0K" not in text, text
+    assert "chunk_size = 128" in text and "wider window" in text
+    (tmp_path / "e.toml").write_text(head.replace("WINDOWS", "[1]") + system)
+    assert Experiment.from_file(tmp_path / "e.toml").windows == (1.0,)
+    (tmp_path / "e.toml").write_text(head.replace("WINDOWS", "[0.5]") + system + 'settings = {factory = "m:f"}\n')
+    assert Experiment.from_file(tmp_path / "e.toml").windows == (0.5,)  # a user's factory chunks as it likes
+
+
 def test_the_setup_hides_the_key_and_fills_the_budget_best_first():
     from fabnb.rag import FrameworkSetup
 
@@ -297,7 +315,7 @@ def test_the_default_pipelines_answer_fab_bench_questions_on_the_embedded_model_
         model = "embedded"
     """ for name, kind in (("li", "llamaindex"), ("lc", "langchain"), ("hs", "haystack")))
     # Each framework embeds this part with MiniLM on the CPU (the whole corpus took 50-60 s per framework here).
-    exp, questions, documents = _live_part(tmp_path, systems_toml, others=24)
+    exp, questions, documents = _live_part(tmp_path, systems_toml, others=8)
     chunking = {"chunk_size": exp.chunk_size, "chunk_overlap": exp.chunk_overlap}
     systems = [s.build(None, 1, documents, chunking) for s in exp.systems]
     run = run_grid(systems, questions, exp.configs(), tmp_path / "answers.jsonl", progress=False,

@@ -249,6 +249,25 @@ def _alias(table: str, key: str) -> property:
     return property(lambda self: getattr(getattr(self, table), key), doc=f"``{table}.{key}`` (kept for existing code).")
 
 
+def _check_framework_budgets(exp, where: str, text: str | None) -> None:
+    """A default framework pipeline chunks the corpus at ``[corpus] chunk_size``; a window whose context budget
+    (:attr:`fabnb.rag.RAGConfig.context_tokens`) is smaller than one chunk sends next to no context (seen: 0.5K
+    with 128-token chunks left a 64-token budget, and Haystack sent none), so the comparison with the reference
+    system would not be fair. A user's own ``factory`` chunks as it likes and is not checked."""
+    defaults = [s.name for s in exp.systems if SYSTEM_KINDS[s.kind].framework and not s.settings.get("factory")]
+    if not defaults:
+        return
+    from ..rag.config import PROMPT_OVERHEAD, QUESTION_TOKENS
+    small = [(c.context_k, c.context_tokens) for c in exp.configs() if c.context_tokens < exp.chunk_size]
+    if small:
+        said = ", ".join(f"{k}K gives {n}" for k, n in small)
+        raise ExperimentError(
+            f"{where}: [contexts] windows{_line_of(text, 'windows')}: the default framework pipelines {defaults} "
+            f"would get fewer context tokens than one of their chunks ([corpus] chunk_size = {exp.chunk_size}): "
+            f"{said} (the window less the output budget, the prompt's {PROMPT_OVERHEAD} and the question's "
+            f"{QUESTION_TOKENS} tokens). Use a wider window or a smaller chunk_size.")
+
+
 @dataclass(frozen=True)
 class Experiment:
     """An experiment: what to ask, whom, at which windows and modes, how to judge, where to write.
@@ -345,6 +364,7 @@ class Experiment:
                   budget_usd=None if data.get("budget_usd") is None else float(data["budget_usd"]),
                   concurrency=int(data.get("concurrency", 4)), seed=int(data.get("seed", 0)),
                   source_text=text or "", source=source)
+        _check_framework_budgets(exp, where, text)
         if exp.budget_usd is not None:
             unknown = [m for m in exp.models() if price_of(m, exp.prices) is None]
             if unknown:

@@ -79,7 +79,8 @@ class Plan:
             t[col] = [f"{int(v):,}" for v in t[col]]
         total = self.total_cost
         secs = self.table["seconds"]
-        lines = [f"plan: {self.n_questions} questions; {int(self.table['calls'].sum()):,} calls planned, "
+        questions = f"{self.n_questions} question{'' if self.n_questions == 1 else 's'}"
+        lines = [f"plan: {questions}; {int(self.table['calls'].sum()):,} calls planned, "
                  f"{int(self.table['done'].sum()):,} done, {int(self.table['todo'].sum()):,} to do",
                  t.drop(columns=["price"]).to_string(index=False),
                  "cost to do: " + ("unknown (a model has no known price; add it under [prices])" if total is None
