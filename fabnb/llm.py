@@ -263,8 +263,6 @@ def _price_keys(prices: dict | None) -> dict | None:
     """A price table in the kit's vocabulary (``input`` / ``output``); the old ``prompt`` / ``completion`` read too."""
     if not prices or not ({"prompt", "completion"} & set(prices)):
         return prices
-    import warnings
-
     warnings.warn("LLM(prices=...) takes 'input' and 'output' (dollars per million tokens), as the experiment file "
                   "does; 'prompt' and 'completion' are read for now.", DeprecationWarning, stacklevel=3)
     renamed = {"prompt": "input", "completion": "output"}
@@ -361,10 +359,8 @@ class LLM:
         self.base_url = base_url.rstrip("/")
         self.__key = api_key or "not-needed"
         self._has_key = api_key is not None
-        if cache is True:
-            cache = ResponseCache(default_cache_path())
-        elif isinstance(cache, (str, Path)):
-            cache = ResponseCache(cache)
+        if cache is True or isinstance(cache, (str, Path)):
+            cache = ResponseCache(default_cache_path() if cache is True else cache)
         # Not `cache or None`: an empty ResponseCache has len 0 and would read as false.
         self.cache: ResponseCache | None = cache if isinstance(cache, ResponseCache) else None
         self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
@@ -730,6 +726,9 @@ class LLM:
                 if bar is not None:
                     bar.close()
 
+        if progress:  # the loop's thread draws the bar, which a tqdm lock a stop left held would hang
+            from .records import release_bar_lock
+            release_bar_lock()
         results = self.run(run)
         if error_policy == "raise":
             for r in results:

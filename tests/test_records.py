@@ -119,3 +119,30 @@ def test_a_store_lock_sits_beside_the_store(tmp_path):
         with pytest.raises(HeldError, match="scores.jsonl is in use"):
             with hold(store.path, "a judge run"):
                 pass
+
+
+def test_a_stage_gives_back_the_bar_lock_a_stop_left_held_so_a_worker_threads_bar_does_not_hang():
+    """A stop (KeyboardInterrupt) landing inside tqdm leaves its write lock held by the main thread; the next
+    stage's bar updates from a worker thread (the judge's loop) then waited for ever: the resumed ``%%fabnb run``
+    of tests/test_jupyter.py hung at judging about 1 run in 3 (py-spy: the loop's thread in
+    ``TqdmDefaultWriteLock.acquire``, nobody else drawing). Without the call in ``stage_bar`` this test fails."""
+    import threading
+
+    from tqdm.std import tqdm
+
+    from fabnb.records import release_bar_lock, stage_bar
+
+    lock = tqdm.get_lock()
+    lock.acquire()  # as the stop left it: taken twice over (tqdm's locks are re-entrant), never given back
+    lock.acquire()
+    drawn = threading.Event()
+    worker = threading.Thread(target=lambda: (lock.acquire(), lock.release(), drawn.set()), daemon=True)
+    try:
+        bar, own = stage_bar(True, 3, "judging")
+        bar.close()
+        worker.start()
+        assert drawn.wait(10), "a worker thread's bar still waits on the lock the stop left held"
+        assert release_bar_lock() == 0  # nothing is held now: a stage that starts clean gives nothing back
+    finally:
+        release_bar_lock()  # whatever the outcome, leave tqdm usable for the rest of the suite
+        worker.join(10)

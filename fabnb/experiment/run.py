@@ -17,7 +17,7 @@ import pandas as pd
 from .. import __version__
 from ..errors import FabnbError
 from ..judge.rubrics import RUBRIC_VERSION
-from ..records import cut_records, hold
+from ..records import cut_records, hold, release_bar_lock
 from .config import Experiment, ExperimentError
 from .output import (
     check_output,
@@ -235,6 +235,7 @@ def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo, move
         return t
 
     todo, shown = int(plan_.table["todo"].sum()), None
+    release_bar_lock()  # a stop that landed inside tqdm in an earlier run of this kernel left its lock held
     if progress:
         from tqdm.auto import tqdm
 
