@@ -3,6 +3,7 @@ and with a stand-in server that crashes (no model needed)."""
 
 import json
 import math
+import os
 import socket
 import sys
 import time
@@ -275,3 +276,91 @@ def test_the_renamed_model_keeps_the_cache_keys_it_had():
     key_now = now._prepare("Say OK.", {"max_tokens": 4})[2]
     old = EmbeddedLLM(FORMER_ALIAS, "http://127.0.0.1:8/v1", cache=False, cache_as=identity)  # the old release
     assert key_now == old._prepare("Say OK.", {"max_tokens": 4})[2]
+
+
+def _wheel_of(project: str, folder: Path) -> Path:
+    """The installed distribution ``project`` packed back into a wheel in ``folder`` (its files as installed,
+    RECORD written anew): the suite's own portable llama.cpp build, so that the reinstall test compiles nothing."""
+    import base64
+    import hashlib
+    import zipfile
+    from importlib.metadata import distribution
+
+    dist = distribution(project)
+    base = Path(dist.locate_file(""))
+    info = next(str(f).split("/")[0] for f in dist.files if str(f).endswith(".dist-info/WHEEL"))
+    tag = next(line.split(": ")[1] for line in dist.read_text("WHEEL").splitlines() if line.startswith("Tag: "))
+    keep = [str(f) for f in dist.files if not str(f).startswith("..") and "__pycache__" not in str(f)
+            and str(f).split("/")[-1] not in ("RECORD", "INSTALLER", "direct_url.json")]
+    wheel = folder / f"{info.removesuffix('.dist-info')}-{tag}.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        record = []
+        for name in keep:
+            data = (base / name).read_bytes()
+            z.writestr(name, data)
+            sha = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{name},sha256={sha},{len(data)}\n")
+        z.writestr(f"{info}/RECORD", "".join(record) + f"{info}/RECORD,,\n")
+    return wheel
+
+
+@pytest.mark.model
+def test_the_reinstall_line_leads_from_each_state_to_a_server_that_answers(tmp_path):
+    """Issue 27: the line ``fabnb doctor`` and the errors print, run for real in a new virtual environment taken
+    through three states: no llama-cpp-python, a build whose server's dependencies are missing, and a build that
+    cannot load (a stand-in for a native build, whose ``import`` fails as SIGILL would). After each, llama.cpp is
+    the portable build and its server starts and answers on the Gemma model. Compiling is replaced by the suite's
+    own portable build packed into a wheel (``PIP_FIND_LINKS``; pip takes a wheel over the same version's sdist).
+    Checked by breaking it twice: with ``--no-deps`` on the line's second half, the first state failed
+    (``typing_extensions`` missing); without ``--force-reinstall``, the third (the build that cannot load stayed)."""
+    import subprocess
+    import sysconfig
+
+    import llama_cpp
+
+    from fabnb.local import model_path
+
+    links = tmp_path / "links"
+    links.mkdir()
+    assert _wheel_of("llama_cpp_python", links).name.startswith(f"llama_cpp_python-{llama_cpp.__version__}-")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ['PATH']}", "PIP_FIND_LINKS": str(links),
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1", "VIRTUAL_ENV": str(venv)}
+    env.pop("PYTHONPATH", None)
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['platlib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    ours = Path(sysconfig.get_paths()["platlib"]) / "llama_cpp" / "lib"
+    server_check = "import llama_cpp, llama_cpp.server.app, uvicorn, fastapi, sse_starlette, starlette_context"
+
+    def imports() -> subprocess.CompletedProcess:
+        return subprocess.run([str(python), "-c", server_check], env=env, capture_output=True, text=True)
+
+    def reinstall_and_check(state: str) -> None:
+        done = subprocess.run(["bash", "-c", PORTABLE_INSTALL], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, (state, done.stderr[-2000:])
+        assert imports().returncode == 0, (state, imports().stderr[-1500:])
+        for lib in ours.glob("*.so*"):  # the portable build, byte for byte
+            assert (site / "llama_cpp" / "lib" / lib.name).read_bytes() == lib.read_bytes(), (state, lib.name)
+        server = LocalServer(model=model_path(), command=[str(python), "-m", "llama_cpp.server"], n_ctx=512)
+        try:
+            reply = server.start().llm(cache=False).complete([{"role": "user", "content": "Say OK."}],
+                                                              max_tokens=2)
+        finally:
+            server.stop()
+        assert reply.text is not None, state
+
+    assert imports().returncode != 0  # state 1: no llama-cpp-python at all
+    reinstall_and_check("no llama-cpp-python")
+
+    subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", "uvicorn", "fastapi", "sse-starlette",
+                    "starlette-context"], env=env, check=True)
+    assert "No module named" in imports().stderr  # state 2: the build without its server's dependencies
+    reinstall_and_check("server dependencies missing")
+
+    # state 3: pip sees llama-cpp-python installed at the pinned version, but it cannot load (as a native build
+    # on a CPU without its instructions): only a forced reinstall replaces it.
+    (site / "llama_cpp" / "__init__.py").write_text('raise ImportError("a build this CPU cannot run")\n')
+    assert "cannot run" in imports().stderr  # state 3: a build that cannot load
+    reinstall_and_check("a build that cannot load")
