@@ -90,7 +90,7 @@ def test_the_extension_end_to_end_in_a_real_browser(tmp_path, fab_bench_dir):
             plan = page.locator("#fabnb-plan table")
             plan.wait_for(timeout=120_000)
             assert "2 questions" not in page.locator("#fabnb-plan").inner_text()
-            assert "1 questions; 4 calls planned" in page.locator("#fabnb-plan").inner_text()
+            assert "1 question; 4 calls planned" in page.locator("#fabnb-plan").inner_text()
             _shot(page, "plan")
 
             page.locator(".fabnb-run-button").click()  # saves the file, then starts the run on the server
