@@ -493,3 +493,20 @@ def test_two_worker_processes_score_every_cell_once_into_one_store_and_the_key_s
         judge_in_workers([({"test_id": "Q1"}, "depth", 0, {})] * 4, {}, Other("j", "http://127.0.0.1:9/v1",
                                                                              cache=False), store, {}, 2,
                          here=None, entry="")
+
+
+def test_the_judge_prompt_a_plan_counts_is_the_one_deepeval_renders_for_every_rubric():
+    """``_evaluation_prompt`` renders DeepEval's template file itself (so a plan need not import DeepEval); it must
+    give the text ``_template`` (DeepEval's own rendering, the one the judge sends) gives."""
+    from fabnb.judge.geval import _evaluation_prompt, _template
+    from fabnb.judge.rubrics import BANDS, RUBRICS, STEPS
+
+    for metric, variants in RUBRICS.items():
+        for variant, bands in variants.items():
+            fields = dict(evaluation_steps="\n".join(STEPS[metric]), parameters="Input and Actual Output",
+                          rubric="\n".join(f"{lo}-{hi}: {t}" for (lo, hi), t in zip(BANDS, bands)),
+                          test_case_content="Input:\nWhat etches silicon?\n\nActual Output:\nKOH.",
+                          score_range=(0, 10), _additional_context=None, multimodal=False)
+            ours = _evaluation_prompt(**fields)
+            assert ours == _template().generate_evaluation_results(**fields), (metric, variant)
+            assert "Example JSON" not in ours and "What etches silicon?" in ours

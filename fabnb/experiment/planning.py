@@ -167,16 +167,15 @@ def probe_endpoints(exp: Experiment, built: dict) -> pd.DataFrame:
 @lru_cache(maxsize=None)
 def _judge_overhead(metric: str, variant: str) -> int:
     """Tokens of the judge prompt around the case: DeepEval's G-Eval template with this metric's steps and rubric."""
-    from ..judge.geval import _template
+    from ..judge.geval import _evaluation_prompt
     from ..judge.rubrics import BANDS, RUBRICS, STEPS
 
     steps = "\n".join(f"{i}. {s}" for i, s in enumerate(STEPS[metric], start=1))
     rubric = "\n".join(f"{lo}-{hi}: {t}" for (lo, hi), t in zip(BANDS, RUBRICS[metric][variant]))
     try:
-        text = _template().generate_evaluation_results(evaluation_steps=steps, test_case_content="", parameters="",
-                                                        rubric=rubric, score_range=(0, 10), _additional_context=None,
-                                                        multimodal=False)
-    except TypeError:  # another DeepEval version: count the parts we know
+        text = _evaluation_prompt(evaluation_steps=steps, test_case_content="", parameters="", rubric=rubric,
+                                 score_range=(0, 10), _additional_context=None, multimodal=False)
+    except (TypeError, ImportError, LookupError):  # another DeepEval version: count the parts we know
         text = steps + "\n" + rubric + "\n" * 40
     return count_tokens(text) + 16  # the field labels DeepEval adds around each part
 
