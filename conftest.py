@@ -4,11 +4,14 @@
 - the FAB-Bench release read in place from ../shared/data/fab-bench when it is there
   (CI lays it beside the clone); elsewhere the kit downloads and verifies it;
 - a cache of the suite's own, so nothing writes to the user's real ~/.cache/fabnb.
+Its hooks mark notebook items, and run the notebooks that share an output folder one at a time.
 Notebook kernels started by nbmake inherit this environment.
 """
 
 import os
 from pathlib import Path
+
+import pytest
 
 os.environ.setdefault("DEEPEVAL_TELEMETRY_OPT_OUT", "1")
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")  # else Haystack looks up a telemetry host
@@ -31,10 +34,34 @@ MODEL_DOCTESTS = {"fabnb.local", "fabnb.rag.system.ReferenceRAG", "fabnb.judge.g
 def pytest_collection_modifyitems(config, items):
     """nbmake's notebook items get the ``notebook`` marker, and the examples that start a model the ``model``
     marker, so the fast lane can leave them out."""
-    import pytest
-
     for item in items:
         if str(item.fspath).endswith(".ipynb"):
             item.add_marker(pytest.mark.notebook)
         elif type(item).__name__ == "DoctestItem" and item.name in MODEL_DOCTESTS:
             item.add_marker(pytest.mark.model)
+
+
+def _shared_folders(notebook: Path) -> list[Path]:
+    """The ``outputs/NN_name`` folders a notebook names (its own, and another's it reads or resumes)."""
+    import re
+
+    names = sorted(set(re.findall(r"outputs/(\d\d_[a-z_]+)", notebook.read_text(encoding="utf-8"))))
+    return [notebook.parent / "outputs" / name for name in names]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """Notebooks that name the same output folder (07 resumes 06's answers, 04 reads 03's pairs) run one at a
+    time under ``-n``: run at once on two workers, the second's store is refused as in use (seen: 06 and 07 from
+    empty folders, a ``HeldError`` in 2 of 3 runs). One lock file per folder, taken in name order."""
+    if not str(item.fspath).endswith(".ipynb"):
+        return (yield)
+    import contextlib
+    import fcntl
+
+    with contextlib.ExitStack() as stack:
+        for folder in _shared_folders(Path(str(item.fspath))):
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            lock = stack.enter_context(open(folder.parent / f".{folder.name}.suite-lock", "w"))
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        return (yield)
