@@ -65,3 +65,13 @@ def pytest_runtest_call(item):
             lock = stack.enter_context(open(folder.parent / f".{folder.name}.suite-lock", "w"))
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         return (yield)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """The last hook of each pytest process (the controller and every ``-n`` worker): the interpreter's final
+    garbage collections skip what is alive now (``gc.freeze``), since the process is about to end. With DeepEval,
+    Haystack and PyTorch imported, a worker took 1.6 s to exit (0.3 s frozen), and the controller waits for both."""
+    import gc
+
+    gc.freeze()

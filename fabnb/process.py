@@ -46,8 +46,18 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: on Linux, get SIGTERM when the parent dies (a killed kernel leaves no server)."""
+def _interruptible() -> None:
+    """In the child, before exec: SIGINT back to its default. A process started in the background by a script
+    (``jupyter lab &``) ignores SIGINT and its children inherit that, so JupyterLab's *Stop* (SIGINT) once left
+    the run going to its end."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _interruptible_dying_with_parent() -> None:
+    """:func:`_interruptible`, and on Linux SIGTERM when the parent dies (a killed kernel leaves no server)."""
+    _interruptible()
     try:
         import ctypes
         import signal
@@ -61,11 +71,13 @@ def start_process(command: list[str], *, env: dict | None = None, cwd=None, stdo
                   die_with_parent: bool = True) -> subprocess.Popen:
     """Start ``command`` as a child with no standard input (stdout and stderr together, to ``stdout``).
 
+    The child takes SIGINT as a Python program does (``KeyboardInterrupt``) even when this process ignores it.
     With ``die_with_parent`` (Linux) the child gets SIGTERM when this process dies, even by SIGKILL.
     """
+    preexec = _interruptible_dying_with_parent if die_with_parent and sys.platform == "linux" else _interruptible
     return subprocess.Popen(command, stdout=stdout, stderr=subprocess.STDOUT if stdout is not None else None,
                             stdin=subprocess.DEVNULL, env=env, cwd=cwd,
-                            preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None)
+                            preexec_fn=None if sys.platform == "win32" else preexec)
 
 
 def wait_ready(proc: subprocess.Popen, ready, timeout: float, interval: float = 0.25) -> str:

@@ -328,8 +328,6 @@ def _scaling_section(report: Report, sweeps: pd.DataFrame, primary: list, figs: 
                      min_windows: int, intervals: pd.DataFrame | None) -> None:
     """Context scaling (Section 4, Figure 3): log and S-curve fits, labels, operating points; only for curves with
     ``min_windows`` windows or more."""
-    import matplotlib.pyplot as plt
-
     report.heading("Context scaling (Section 4, Figure 3)")
     windows = sweeps.groupby("model", sort=False)["context_k"].nunique()
     fitted = sweeps[sweeps["model"].map(windows) >= min_windows]
@@ -348,6 +346,8 @@ def _scaling_section(report: Report, sweeps: pd.DataFrame, primary: list, figs: 
         _save_table(frame, tabs, name)
 
     def panels():
+        import matplotlib.pyplot as plt  # here, not above: a report without figures never imports pyplot
+
         fig, axes = plt.subplots(1, len(primary), figsize=(4.2 * len(primary), 3.8), sharey=True, squeeze=False)
         for ax, model in zip(axes[0], primary):
             plots.plot_scaling(sweeps, models=[model], ax=ax, intervals=intervals, min_windows=min_windows)
@@ -440,8 +440,6 @@ def _diagnostics_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFram
 def _correlation_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFrame, is_paper: bool, figs: _Figures,
                          tabs: Path) -> None:
     """Inter-metric correlations (Table 4): pooled and per model; against the published table for the paper."""
-    import matplotlib.pyplot as plt
-
     pearson = A.metric_correlations(main)
     spearman = A.metric_correlations(main, method="spearman")
     by_model = pd.concat([A.metric_correlations(main, by="model"),
@@ -472,6 +470,8 @@ def _correlation_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFram
     _save_table(comparison, tabs, "table4_comparison")
 
     def side_by_side():
+        import matplotlib.pyplot as plt
+
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
         plots.plot_correlations(published.correlations(), ax=axes[0], title="Table 4 as published", scale="paper")
         plots.plot_correlations(pearson, ax=axes[1], title="Recomputed from Tables 17-19 (33 configs)", scale="paper")

@@ -579,9 +579,11 @@ def test_judge_workers_die_with_a_killed_run_and_the_rerun_asks_only_what_is_not
     monkeypatch.setenv("FABNB_TEST_KEY", CANARY)
     path = write_file(tmp_path, sample=10, extra_judge="workers = 2")  # 40 answers, 80 judge calls
     out = tmp_path / "out"
+    slow = {"judge": True}
+
     def slow_judge(request, n):
-        if request.get("response_format"):
-            time.sleep(0.4)  # a shard (40 calls, 4 in flight) takes 4 s: a killed run's worker must not go on
+        if request.get("response_format") and slow["judge"]:
+            time.sleep(0.2)  # a shard (40 calls, 4 in flight) takes 2 s: a killed run's worker must not go on
         return judge_or_echo(request, n)
 
     with StubServer(slow_judge) as server:
@@ -597,10 +599,11 @@ def test_judge_workers_die_with_a_killed_run_and_the_rerun_asks_only_what_is_not
             time.sleep(0.01)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        time.sleep(1.0)  # a worker gets SIGTERM when its parent dies (PR_SET_PDEATHSIG); calls in flight land
+        time.sleep(0.5)  # a worker gets SIGTERM when its parent dies (PR_SET_PDEATHSIG); calls in flight land
         settled = len(server.requests)
-        time.sleep(2.0)
+        time.sleep(1.5)  # a worker left asking would ask again many times meanwhile (0.2 s a call, 4 in flight)
         assert len(server.requests) == settled, "a worker kept asking after its run was killed"
+        slow["judge"] = False  # the rerun needs no slow server
         from fabnb.judge import score_store
 
         stored = len(score_store(scores).done())
@@ -646,6 +649,7 @@ def test_a_run_killed_at_any_stage_resumes_without_repeating_a_stored_call(tmp_p
 
         stored = len(ResultsStore(out / "answers.jsonl").done()) + len(score_store(out / "scores.jsonl").done())
         assert stored < 120 or stage == "reporting"
+        server.delay = 0  # the slow server was for the kill to land mid-stage; the rerun needs none
         before = len(server.requests)
         run = run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
     new = len(server.requests) - before

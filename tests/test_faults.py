@@ -10,7 +10,7 @@ generation, the RAG-TESTER oracle) and each fault, the suite asserts:
 - after the server heals, a rerun with the same cache makes exactly one request per
   failed cell and none for the rest, and every cell ends ok.
 
-Every request has a short timeout (0.3 s) and one retry. The fault x stage table is printed
+Every request has a short timeout (0.5 s) and one retry. The fault x stage table is printed
 at the end of the session (``tests/conftest.py``) and recorded in docs/performance.md.
 """
 
@@ -34,7 +34,8 @@ pytestmark = pytest.mark.faults
 
 MARK = "ZQXFAULT"  # a word no healthy request holds
 RETRIES = 1
-TIMEOUT = 1.0  # per call: long enough that a loaded machine (the suite runs on every core) answers in time
+TIMEOUT = 0.5  # per call: a loaded machine still answers a healthy call in time (3 of 3 passed with 4 busy
+# loops beside the 2 workers on 2 cores); 1 s here made the 8 timeout cases 8 s longer in all
 
 
 # ------------------------------------------------------------------ the faults

@@ -240,6 +240,7 @@ def test_killed_run_resumes_from_the_cache(tmp_path):
         before = list(s.requests)
         done_before = len(ResponseCache(cache))
         assert 1 <= done_before < 7
+        s.delay = 0  # slow only for the kill to land midway
         llm = LLM("stub", s.base_url, cache=ResponseCache(cache))
         chunks, contexts = small_contexts()
         run = G.generate_qa(contexts, llm, n=6, chunks=chunks)

@@ -324,8 +324,22 @@ STOPPABLE = textwrap.dedent("""\
     from test_experiment import judge_or_echo
     with StubServer(judge_or_echo, delay=0.25) as s:
         print(s.base_url, flush=True)
+        sys.stdin.readline()  # the test writes a line once the stop has landed: the rerun needs no slow server
+        s.delay = 0
         time.sleep(600)
     """)
+
+
+def slow_server() -> subprocess.Popen:
+    """The scripted server of :data:`STOPPABLE` in its own process (its first line: the base URL); write a line to
+    its standard input to make it fast."""
+    return subprocess.Popen([sys.executable, "-c", STOPPABLE.format(tests=str(ROOT / "tests"))],
+                            stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True)
+
+
+def make_fast(server: subprocess.Popen) -> None:
+    server.stdin.write("fast\n")
+    server.stdin.flush()
 
 
 def one_at_a_time(folder: Path) -> Path:
@@ -339,8 +353,7 @@ def test_stop_is_a_clean_stop_that_a_rerun_resumes(tmp_path, monkeypatch):
     """Stop sends SIGINT: the manifest says stopped, every stored line is whole, Run again finishes the rest."""
     from fabnb.jupyter.jobs import Jobs
 
-    server = subprocess.Popen([sys.executable, "-c", STOPPABLE.format(tests=str(ROOT / "tests"))],
-                              stdout=subprocess.PIPE, text=True)
+    server = slow_server()
     try:
         monkeypatch.setenv("FABNB_TEST_URL", server.stdout.readline().strip())
         monkeypatch.setenv("FABNB_TEST_KEY", "sk-test")
@@ -362,6 +375,7 @@ def test_stop_is_a_clean_stop_that_a_rerun_resumes(tmp_path, monkeypatch):
         # The sidebar's counts after a stop are what is stored (once it said "answers: 0/2" over a stored answer).
         stage = next(s for s in run_status(tmp_path / "out")["stages"] if s["stage"] == "answers")
         assert stage["ok"] == sum(json.loads(line)["status"] == "ok" for line in kept) and stage["planned"] == 4
+        make_fast(server)
         jobs.start("experiment.toml")
         proc = jobs._procs[str((tmp_path / "out").resolve())]["proc"]
         assert proc.wait(120) == 0, (tmp_path / "out" / "run.log").read_text()[-2000:]
@@ -411,8 +425,7 @@ class Kernel:
 
 
 def test_the_magics_in_a_real_kernel_run_plan_stop_and_resume(tmp_path):
-    server = subprocess.Popen([sys.executable, "-c", STOPPABLE.format(tests=str(ROOT / "tests"))],
-                              stdout=subprocess.PIPE, text=True)
+    server = slow_server()
     kernel = None
     try:
         url = server.stdout.readline().strip()
@@ -443,6 +456,7 @@ def test_the_magics_in_a_real_kernel_run_plan_stop_and_resume(tmp_path):
         assert manifest["runs"][-1]["status"] == "stopped"
         kept = len(answers.read_text().splitlines())
         assert 1 <= kept < 4
+        make_fast(server)
         said, status = kernel.run("%%fabnb run --no-probe\n" + toml)
         assert status == "ok" and "finished: ref answers 4/4 ok" in said, said[-2000:]
         said, _ = kernel.run("%fabnb results out")

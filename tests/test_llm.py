@@ -363,6 +363,8 @@ def test_a_server_that_never_answers_at_256_in_flight_times_out_every_call_on_ti
 
 def test_a_server_that_closes_every_connection_after_its_reply_fails_no_call_it_answered(tmp_path):
     """No "Connection: close" header: the client learns of each close only when it reuses the connection."""
+    served = set()  # the prompts whose whole reply was written
+
     def closing(request, n):
         def write(handler):
             data = json.dumps(completion("fine")).encode()
@@ -372,19 +374,26 @@ def test_a_server_that_closes_every_connection_after_its_reply_fails_no_call_it_
             handler.end_headers()
             handler.wfile.write(data)
             handler.wfile.flush()
+            served.add(request["messages"][-1]["content"])
             handler.close_connection = True
         return 200, write, {}
 
     with StubServer(closing) as server:
         llm = LLM("stub", server.base_url, cache=ResponseCache(tmp_path / "c.sqlite"), max_retries=1,
                   backoff=0.01, concurrency=32)
-        first = llm.map([f"q{i}" for i in range(300)], error_policy="record")
+        prompts = [f"q{i}" for i in range(300)]
+        first = llm.map(prompts, error_policy="record")
         failed = [r for r in first if isinstance(r, Failure)]
         assert all(r.cause == "connection" for r in failed), [r.error for r in failed]  # never a crash
+        assert {p for p, r in zip(prompts, first) if not isinstance(r, Failure)} <= served
+        assert not served & {p for p, r in zip(prompts, first) if isinstance(r, Failure)}  # none it answered
+        # Each failed call met a closed connection twice in a row; how often depends on the machine's load (0-3
+        # idle, 4-8 seen with the suite on both cores), so the bound is loose: most calls get through.
+        assert len(failed) <= 15
         before = len(server.requests)
-        again = llm.map([f"q{i}" for i in range(300)], error_policy="record")
+        again = llm.map(prompts, error_policy="record")
         assert len(server.requests) - before <= len(failed)  # a rerun asks only what failed
-        assert sum(isinstance(r, Failure) for r in first) <= 3 and not any(isinstance(r, Failure) for r in again)
+        assert not any(isinstance(r, Failure) for r in again)
 
 
 def test_a_connection_closed_as_the_request_went_out_is_a_connection_failure_not_a_timeout():

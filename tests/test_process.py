@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from fabnb.process import answers_tcp
+from fabnb.process import answers_tcp, start_process
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
@@ -38,3 +38,23 @@ def test_fabnb_rate_serve_stops_voila_and_its_kernels_on_a_signal(tmp_path, fab_
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_child_takes_sigint_even_when_its_parent_ignores_it(tmp_path):
+    """JupyterLab started in the background by a script (``jupyter lab &``) ignores SIGINT, and so did every run it
+    started: *Stop* (SIGINT) left the run going to its end (seen when the suite ran from a backgrounded script)."""
+    script = "import signal, time; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)" \
+             "; time.sleep(30)"
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)  # this process as `jupyter lab &` leaves it
+    try:
+        proc = start_process([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    finally:
+        signal.signal(signal.SIGINT, ignored)
+    try:
+        assert proc.stdout.readline().strip() == b"True"
+        proc.send_signal(signal.SIGINT)  # what Stop sends
+        assert proc.wait(timeout=20) != 0  # a KeyboardInterrupt ended it, not the sleep
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()

@@ -454,7 +454,7 @@ def test_the_suite_fails_when_every_function_refuses(tmp_path):
                           "-p", "refuse_everything", "-o", "addopts=", "-rf",
                           # plugins these tests do not use: they are most of a pytest's start-up here
                           "-p", "no:nbmake", "-p", "no:xdist", "-p", "no:anyio", "-p", "no:rerunfailures",
-                          "-p", "no:repeat",
+                          "-p", "no:repeat", "-p", "no:langsmith_plugin", "-p", "no:benchmark",
                           "-k", "not test_the_suite_fails_when_every_function_refuses"],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     summary = run.stdout.strip().splitlines()[-1]

@@ -64,14 +64,23 @@ def test_transform_queries(evidence_chunks):
     assert abs((q @ v.matrix[3].T).toarray()[0, 0] - 1.0) < 1e-5
 
 
-@pytest.fixture
-def dask_client():
-    """A 2-worker LocalCluster and its client, as the corpus stage meets it (its tests hush dask's warnings).
-    One per test: a test of this module checks what happens when no cluster runs."""
-    from dask.distributed import Client, LocalCluster
+@pytest.fixture(scope="module")
+def dask_cluster():
+    """A 2-worker LocalCluster, as the corpus stage meets it (its tests hush dask's warnings): started once for the
+    module, since starting its worker processes is most of a dask test's time."""
+    from dask.distributed import LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def dask_client(dask_cluster):
+    """A client of the module's cluster, one per test and closed after it: a test of this module checks what
+    happens when no client is connected."""
+    from dask.distributed import Client
+
+    with Client(dask_cluster) as client:
         yield client
 
 

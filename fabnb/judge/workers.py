@@ -105,4 +105,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    import gc
+
+    code = main(sys.argv[1:])
+    gc.freeze()  # its scores are on disk (appended to survive a SIGKILL); the run waits for this process to end
+    sys.exit(code)
