@@ -19,6 +19,7 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 import subprocess
 import sys
@@ -50,8 +51,6 @@ def _interruptible() -> None:
     """In the child, before exec: SIGINT back to its default. A process started in the background by a script
     (``jupyter lab &``) ignores SIGINT and its children inherit that, so JupyterLab's *Stop* (SIGINT) once left
     the run going to its end."""
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
@@ -60,7 +59,6 @@ def _interruptible_dying_with_parent() -> None:
     _interruptible()
     try:
         import ctypes
-        import signal
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -131,7 +129,6 @@ def stop_on_signals(signals=("SIGTERM", "SIGHUP")):
 
     Only in the main thread (where Python runs signal handlers); elsewhere the block runs as it is.
     """
-    import signal
     import threading
 
     def interrupt(signum, frame):
