@@ -10,6 +10,10 @@ shows it as text. Screenshots are kept in ``tests/artifacts/`` (the docs use the
 Checked by breaking it once: with the panels' text set through ``innerHTML`` instead of ``textContent``
 (``labextension/src/api.ts``'s ``el``), the hostile-text assertion failed: the question's ``<img ...>`` became an
 element and its text lost it.
+
+The edit goes into the editor's model only once its file is loaded (``context.ready``): the toolbar shows before,
+and the first load replaces the model's text. A CI run planned the unedited file that way; with the file's first
+load held back 4 s in the page, the old order failed the same way and this one passed.
 """
 
 from __future__ import annotations
@@ -83,8 +87,11 @@ def test_the_extension_end_to_end_in_a_real_browser(tmp_path, fab_bench_dir):
             page.wait_for_selector(".fabnb-plan-button", timeout=30_000)
             assert (work / "experiment.toml").is_file()
             text = _tiny((work / "experiment.toml").read_text(), qa)
-            page.evaluate("text => window.jupyterapp.shell.currentWidget.context.model.sharedModel.setSource(text)",
-                          text)  # the researcher's edit, typed into the editor's model
+            # The researcher's edit, typed into the editor's model once the file is loaded: the toolbar shows
+            # before the context is ready, and the first load replaces the model's text (a CI run planned the
+            # unedited file when the edit went in first).
+            page.evaluate("async text => { const w = window.jupyterapp.shell.currentWidget; await w.context.ready;"
+                          " w.context.model.sharedModel.setSource(text); }", text)
 
             page.locator(".fabnb-plan-button").click()
             plan = page.locator("#fabnb-plan table")
