@@ -385,8 +385,9 @@ def test_a_server_that_closes_every_connection_after_its_reply_fails_no_call_it_
         first = llm.map(prompts, error_policy="record")
         failed = [r for r in first if isinstance(r, Failure)]
         assert all(r.cause == "connection" for r in failed), [r.error for r in failed]  # never a crash
-        assert {p for p, r in zip(prompts, first) if not isinstance(r, Failure)} <= served
-        assert not served & {p for p, r in zip(prompts, first) if isinstance(r, Failure)}  # none it answered
+        unanswered = {p for p, r in zip(prompts, first) if isinstance(r, Failure)}
+        assert set(prompts) - unanswered <= served
+        assert not served & unanswered  # no failed call was one it answered
         # Each failed call met a closed connection twice in a row; how often depends on the machine's load (0-3
         # idle, 4-8 seen with the suite on both cores), so the bound is loose: most calls get through.
         assert len(failed) <= 15
