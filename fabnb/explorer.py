@@ -45,24 +45,43 @@ FILTERS = ("system", "model", "context_k", "mode", "test_type", "question_format
            "score_max", "judge_failures", "retrieval_miss", "flagged", "state", "text")
 
 
-def _experiment_pairs(manifest: dict) -> list:
+def _experiment_pairs(manifest: dict, root: str | Path | None = None) -> list:
     """The QA pairs an experiment asked: its ``[questions] source`` as the manifest records it (or, in a folder of
-    an earlier release, as its experiment file says), the FAB-Bench release otherwise."""
+    an earlier release, as its experiment file says), the FAB-Bench release otherwise.
+
+    ``root``: a server's root. A manifest is a file anyone who can write the folder can edit, so every path it
+    records is read only when it lies inside the root; one outside is not opened (a warning says so, and the
+    explorer shows the cells without their questions' texts)."""
+    import warnings
+
     from .datasets import load_fab_bench, read_qa_files
+    from .files import MAX_FILE_BYTES, FileRefused, inside, read_text
+
+    def allowed(path: str, key: str) -> bool:
+        if root is None or inside(path, root):
+            return True
+        warnings.warn(f"manifest.json's {key} ({path}) is outside the server's root and was not read: the "
+                      "questions' texts are not shown. Run the experiment from inside the root to see them.",
+                      stacklevel=3)
+        return False
 
     source = manifest.get("questions_source")
-    if source is None and manifest.get("experiment_file") and Path(manifest["experiment_file"]).is_file():
+    experiment_file = manifest.get("experiment_file")
+    if source is None and isinstance(experiment_file, str) and allowed(experiment_file, "experiment_file"):
         import tomllib
 
         try:
-            table = tomllib.loads(Path(manifest["experiment_file"]).read_text(encoding="utf-8")).get("questions", {})
-            raw = table.get("source", "fab-bench")
-            source = raw if raw == "fab-bench" or Path(raw).is_absolute() else \
-                str(Path(manifest["experiment_file"]).parent / raw)
-        except (OSError, tomllib.TOMLDecodeError):
+            text = read_text(experiment_file, setting="manifest.json's experiment_file",
+                             max_bytes=MAX_FILE_BYTES["experiment"])
+            raw = tomllib.loads(text).get("questions", {}).get("source", "fab-bench")
+            source = raw if raw == "fab-bench" or Path(raw).is_absolute() else str(Path(experiment_file).parent / raw)
+        except (FileRefused, tomllib.TOMLDecodeError, AttributeError):
             source = None
-    if source and source != "fab-bench" and Path(source).is_dir():
-        return list(read_qa_files(source))
+    if isinstance(source, str) and source != "fab-bench":
+        if not allowed(source, "questions_source"):
+            return []
+        if Path(source).is_dir():
+            return list(read_qa_files(source))
     return list(load_fab_bench())
 
 
@@ -103,8 +122,12 @@ class Explorer:
         self.sort_by: tuple[str, bool] = ("test_id", False)
 
     @classmethod
-    def from_folder(cls, folder: str | Path, questions: pd.DataFrame | None = None, **kwargs) -> "Explorer":
-        """An explorer over an experiment's output folder (``fabnb run``): its stores and its questions."""
+    def from_folder(cls, folder: str | Path, questions: pd.DataFrame | None = None, root: str | Path | None = None,
+                    **kwargs) -> "Explorer":
+        """An explorer over an experiment's output folder (``fabnb run``): its stores and its questions.
+
+        ``root``: when a server opens the folder, its root; the paths the manifest records are read only inside
+        it (:func:`_experiment_pairs`)."""
         import json
 
         from .judge import score_store
@@ -121,7 +144,7 @@ class Explorer:
 
             manifest = folder / "manifest.json"
             manifest = json.loads(manifest.read_text(encoding="utf-8")) if manifest.exists() else {}
-            pairs = _experiment_pairs(manifest)
+            pairs = _experiment_pairs(manifest, root)
             ids = set(manifest.get("question_ids", []))
             pairs = [p for p in pairs if p.test_id in ids] or pairs
             questions = questions_frame(pairs)

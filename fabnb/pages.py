@@ -65,7 +65,8 @@ def serve_page(source: str, env: dict, *, port: int, host: str = "127.0.0.1", vo
 
     folder = Path(tempfile.mkdtemp(prefix=f"fabnb-{name}-"))
     notebook = one_cell_notebook(folder / f"{name}.ipynb", source)
-    cmd = [sys.executable, "-m", "voila", str(notebook), "--no-browser", f"--port={port}", f"--Voila.ip={host}",
+    # fabnb's Voilà (fabnb.voila): jupyter_server's scrubbing access log, idle kernels culled, one per rater.
+    cmd = [sys.executable, "-m", "fabnb.voila", str(notebook), "--no-browser", f"--port={port}", f"--Voila.ip={host}",
            "--Voila.port_retries=0", "--show_tracebacks=False", "--theme=light", *voila_args]
     proc = start_process(cmd, cwd=folder, env=env)
     try:

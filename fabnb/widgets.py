@@ -54,6 +54,19 @@ class _View(anywidget.AnyWidget):
         super().__init__(**kwargs)
         self.on_msg(lambda _widget, content, _buffers: self.handle(content))
 
+    def set_state(self, sync_data):
+        """Refuse every change of state the page sends: the page speaks through actions (:meth:`handle`) only.
+
+        ipywidgets applies a comm ``update`` from the browser with this method, so without it a crafted message
+        (``rater`` set to another name, say) would change what the kernel believes. A read-only trait does not
+        stop that (ipywidgets applies browser state with ``set_trait``). A value equal to the kernel's own is
+        let through silently (a page echoing what it was sent); any other is refused and said in the widget.
+        """
+        changed = sorted(k for k, v in (sync_data or {}).items() if k not in self.keys or v != getattr(self, k))
+        if changed:
+            self.error = (f"the page may not set {', '.join(changed)}; it sends actions, and the kernel keeps the "
+                          "state. Reload the page.")
+
     def handle(self, content: dict) -> None:
         """Apply one front-end action; a failure is shown in the widget, never lost in a log."""
         action = content.get("action") if isinstance(content, dict) else None
@@ -181,9 +194,11 @@ class RatingPanel(_View):
             self._show(self.session.order.index(nxt))
 
     def _do_download(self, c):
+        # The session's rater, never the trait: what the page shows is not who the kernel let in.
+        rater = self.session.rater
         ratings = self.session.store.ratings(kind=self.session.kind)
-        csv = ratings[ratings["rater"] == self.rater].to_csv(index=False)
-        self.send({"kind": "download", "filename": f"ratings-{self.rater}.csv", "content": csv})
+        csv = ratings[ratings["rater"] == rater].to_csv(index=False)
+        self.send({"kind": "download", "filename": f"ratings-{rater}.csv", "content": csv})
 
 
 class RatingAppView:

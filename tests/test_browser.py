@@ -473,8 +473,58 @@ def test_rating_app_beyond_loopback_opens_only_with_each_raters_token(tmp_path, 
                 assert "needs your personal rating link" in stranger.locator("body").inner_text()
             finally:
                 browser.close()
+        # Issue 46 item 6: a rater's new page replaces her older page's kernel; the server keeps one per rater.
+        # The pages above left two kernels: ana's, and the one her cookie opened for ben's link (it refused her).
+        voila = _voila_process(base)
+        assert _kernels(voila) == 2
+        for _ in range(3):
+            assert _status(links["ana"]) == 200
+        assert _kernels(voila) == 2, "one rater's page loads each left a kernel"
+        assert _status(links["ben"]) == 200
+        assert _kernels(voila) == 2
     frame = RatingStore(ratings).ratings()
     assert frame["rater"].tolist() == ["ana"] and frame["score"].tolist() == [3]
+    # Issue 46 item 3: no token reaches the log, refused requests included (standalone Voilà printed
+    # "403 GET /?rater=ana&token=..." in full); jupyter_server's request logger writes token=[secret].
+    log = (tmp_path / "serve.log").read_text(errors="replace")
+    assert "token=[secret]" in log, log[-3000:]
+    leaked = [t for t in tokens.values() if t in log]
+    assert not leaked, "a rating token reached the server's log"
+
+
+def _voila_process(base: str):
+    """The Voilà process serving ``base`` (the child of ``fabnb rate --serve`` that runs fabnb.voila on its port)."""
+    from urllib.parse import urlsplit
+
+    import psutil
+
+    port = f"--port={urlsplit(base).port}"
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if ("fabnb.voila" in cmd or "voila" in cmd) and port in cmd:
+            return proc
+    raise AssertionError(f"no fabnb.voila process serves {base}")
+
+
+def _kernels(voila) -> int:
+    """How many kernels Voilà runs now: its children that run ipykernel (a kernel being shut down is given a few
+    seconds to end)."""
+    def count():
+        n = 0
+        for c in voila.children(recursive=True):
+            try:
+                n += "ipykernel_launcher" in " ".join(c.cmdline()) and c.status() != "zombie"
+            except Exception:  # noqa: BLE001 - a child that ended while we looked
+                pass
+        return n
+
+    deadline, n = time.monotonic() + 10, count()
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        if (now := count()) == n:
+            return n
+        n = now
+    return n
 
 
 def test_rating_app_served_by_fabnb_rate_in_a_real_browser(tmp_path, fab_bench_dir):

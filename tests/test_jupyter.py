@@ -179,6 +179,45 @@ def test_a_cut_store_line_and_a_broken_manifest_are_named_not_a_blank_view(finis
         Results(tmp_path / "root").summary("empty")
 
 
+def test_the_paths_a_manifest_records_are_read_only_inside_the_root(finished_run, tmp_path, monkeypatch):
+    """Issue 46 item 2: a run folder inside the root whose manifest points outside it. Neither the questions'
+    folder nor the experiment file it names is read (one pointed at /usr made the server walk /usr)."""
+    import shutil
+
+    import fabnb.datasets
+
+    from conftest import FAB_BENCH, qa_folder
+
+    root, folder = finished_run
+    outside = tmp_path / "outside"
+    secret = qa_folder(FAB_BENCH, outside / "secret-qa", 1000, "[!_]*.json", prefix="SECRET ")
+    (outside / "exp.toml").write_text(f'[questions]\nsource = "{secret}"\n')
+    inner = tmp_path / "root" / "copy"
+    shutil.copytree(folder, inner)
+    manifest = json.loads((inner / "manifest.json").read_text())
+    read = []
+    real = fabnb.datasets.read_qa_files
+    monkeypatch.setattr(fabnb.datasets, "read_qa_files", lambda source, *a, **k: read.append(str(source)) or
+                        real(source, *a, **k))
+    key = ("system", "model", "context_k", "mode", "test_id")
+    for hostile in ({"questions_source": "/usr"}, {"questions_source": str(secret)},
+                    {"questions_source": None, "experiment_file": str(outside / "exp.toml")}):
+        (inner / "manifest.json").write_text(json.dumps({**manifest, **hostile}))
+        results = Results(tmp_path / "root")
+        summary = results.summary("copy")
+        assert summary["cells"] == 16 and not [r for r in read if r.startswith(("/usr", str(outside)))], hostile
+        assert any("outside the server's root" in n for n in summary["notes"]), summary["notes"]
+        row = results.cells("copy", {})["rows"][0]
+        assert "SECRET" not in json.dumps(results.cell("copy", {k: row[k] for k in key}), default=str)
+    inside = tmp_path / "root" / "qa"
+    shutil.copytree(secret, inside)
+    (inner / "manifest.json").write_text(json.dumps({**manifest, "questions_source": str(inside)}))
+    results = Results(tmp_path / "root")
+    assert results.summary("copy")["cells"] == 16 and str(inside) in read
+    row = results.cells("copy", {})["rows"][0]
+    assert "SECRET" in json.dumps(results.cell("copy", {k: row[k] for k in key}), default=str)
+
+
 # ------------------------------------------------------------------ the routes, on a real Jupyter server
 @pytest.fixture
 def jp_server_config():

@@ -72,6 +72,39 @@ def test_rating_panel_download_sends_this_raters_csv(items, tmp_path, monkeypatc
     assert lines[0].startswith("rater,item_id,dimension,score") and len(lines) == 2 and ",difficulty,2," in lines[1]
 
 
+def _comm_update(widget, state: dict) -> None:
+    """What the kernel does with a comm_msg ``update`` that arrives over its websocket from the page."""
+    widget._handle_msg({"content": {"data": {"method": "update", "state": state}}})
+
+
+def test_a_rater_cannot_read_another_raters_ratings_by_renaming_herself(items, tmp_path, monkeypatch):
+    """Issue 46 item 1: the page sets ``rater`` to another name over the websocket, then asks for the download."""
+    store = RatingStore(tmp_path)
+    store.add("ben", items.item_id[0], {"accuracy": 1}, comment="ben's private note")
+    panel = RatingPanel(RatingSession(items, "ana", store))
+    panel.handle({"action": "rate", "dimension": "difficulty", "value": 2})
+    sent = []
+    monkeypatch.setattr(panel, "send", sent.append)
+    _comm_update(panel, {"rater": "ben"})
+    assert panel.rater == "ana" and "may not set rater" in panel.error
+    panel.handle({"action": "download"})
+    assert sent[0]["filename"] == "ratings-ana.csv"
+    assert "ben" not in sent[0]["content"] and ",difficulty,2," in sent[0]["content"]
+    _comm_update(panel, {"rater": "ana"})  # the page echoing what it was sent is not an error
+    assert panel.rater == "ana"
+
+
+def test_no_view_takes_state_from_the_page(items, tmp_path):
+    """Every view keeps its state in the kernel: a crafted update of any synced trait is refused."""
+    panel = RatingPanel(RatingSession(items, "ana", RatingStore(tmp_path)))
+    before = panel.get_state()
+    _comm_update(panel, {"position": 1, "total": 99, "item": {"question": "forged"}, "blind": False})
+    after = panel.get_state()
+    assert {k: after[k] for k in ("position", "total", "item", "blind")} == \
+        {k: before[k] for k in ("position", "total", "item", "blind")}
+    assert "blind, item, position, total" in panel.error
+
+
 def test_curator_keyboard_actions_write_decisions(fab_bench_dir, tmp_path):
     qa = fab_bench_dir / "QAs"
     files = sorted(qa.rglob("ROB_00*.json"))[:5] + sorted(qa.rglob("GEN_00*.json"))[:3]

@@ -241,7 +241,7 @@ class Results:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                ex = Explorer.from_folder(folder, page_size=self.page_size)
+                ex = Explorer.from_folder(folder, page_size=self.page_size, root=self.root)
             except FileNotFoundError as exc:
                 raise ApiError(str(exc), 404) from None
             except ValueError as exc:  # a manifest that is not JSON, a store of another format
@@ -250,7 +250,8 @@ class Results:
             except (KeyError, FabnbError) as exc:
                 raise ApiError(f"{folder} was written by another fabnb release and cannot be read here ({exc}); "
                                "run the experiment again with this release into a new folder.", 422) from None
-        notes = [str(w.message) for w in caught if "cut or unreadable" in str(w.message)]
+        notes = [str(w.message) for w in caught if "cut or unreadable" in str(w.message)
+                 or "outside the server's root" in str(w.message)]
         self._cache[folder] = (stamp, ex, notes)
         return ex, notes
 
