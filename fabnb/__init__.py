@@ -18,7 +18,7 @@ _SUBMODULES = ("schema", "published", "datasets", "corpus", "terms", "vectors", 
                "generation", "testcases", "documents", "curation", "access", "rating", "rag", "judge", "experiment",
                "explorer", "study", "records", "widgets", "scores", "analysis", "intervals", "plots", "claims",
                "report", "cli", "doctor", "errors", "stats", "paths", "process", "pages", "text", "tokens",
-               "jupyter")
+               "jupyter", "exits", "files", "voila")
 
 
 from .errors import CausedError, FabnbError  # noqa: E402 - light: no third-party import

@@ -41,7 +41,8 @@ from tornado import web
 
 from .errors import FabnbError
 
-__all__ = ["ACCESS_ENV", "AccessError", "RaterIdentityProvider", "issue_links", "rater_of_link", "read_links"]
+__all__ = ["ACCESS_ENV", "MAX_RATER_NAME", "AccessError", "RaterIdentityProvider", "issue_links", "rater_name_problem",
+           "rater_of_link", "read_links"]
 
 #: The environment variable that names ``access.json`` for the server and the page's kernel.
 ACCESS_ENV = "FABNB_RATING_ACCESS"
@@ -49,6 +50,33 @@ ACCESS_ENV = "FABNB_RATING_ACCESS"
 
 class AccessError(FabnbError, ValueError):
     """A rating link that opens nothing, or raters that cannot be given links."""
+
+
+#: The longest rater name (in characters): the page, ``--raters`` and the store all refuse a longer one.
+MAX_RATER_NAME = 80
+
+
+def rater_name_problem(rater) -> str | None:
+    """What is wrong with a rater name, or None: the one rule that ``--raters``, the page and the store apply.
+
+    A name is printable text (no tab, newline or other control character), holds no path separator (``/`` or
+    ``\\``), does not start or end with a space, and has 1 to :data:`MAX_RATER_NAME` characters.
+
+    >>> rater_name_problem("Ana Lima"), rater_name_problem("../../etc")[:38]
+    (None, "'../../etc' holds a path separator (/ ")
+    """
+    if not isinstance(rater, str) or not rater.strip():
+        return "enter your name (letters, digits, '-' or '_') to start rating."
+    if len(rater) > MAX_RATER_NAME:
+        return (f"a rater name of {len(rater)} characters is too long: use at most {MAX_RATER_NAME} (initials and a "
+                "surname are enough).")
+    if "/" in rater or "\\" in rater:
+        return f"{rater!r} holds a path separator (/ or \\); use letters, digits, spaces, '-' or '_'."
+    if not rater.isprintable():
+        return f"{rater!r} holds a tab, a line break or another control character; type the name on one line."
+    if rater != rater.strip():
+        return f"{rater!r} starts or ends with a space; give the name without them."
+    return None
 
 
 def _digest(token: str) -> str:
@@ -75,6 +103,9 @@ def issue_links(raters, base_url: str, folder: str | Path) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     raters = list(dict.fromkeys(r.strip() for r in raters if r and r.strip()))
+    bad = [(r, rater_name_problem(r)) for r in raters if rater_name_problem(r)]
+    if bad:
+        raise AccessError("--raters: " + "; ".join(problem for _, problem in bad) + " Nothing was written.")
     if not raters:
         raise AccessError("serving beyond 127.0.0.1 needs the raters who get a link: pass --raters ana,ben (or "
                           "--manifests, whose raters get one each).")

@@ -14,6 +14,8 @@ loopback; without ``--serve`` it prints each rater's progress.
 
 ``fabnb doctor`` tells what works on this machine (exit status 1 when the default LLM
 cannot answer).
+
+Every command exits with a status of :data:`fabnb.exits.EXIT` (``fabnb --help`` lists them).
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ import sys
 import time
 
 from . import __version__
+from .exits import EXIT, table
 
-__all__ = ['build_parser', 'console', 'main']
+__all__ = ['build_parser', 'console', 'main', 'run_exit']
 
 
 def _reproduce(args: argparse.Namespace) -> int:
@@ -36,25 +39,25 @@ def _reproduce(args: argparse.Namespace) -> int:
         scores = read_scores(args.scores) if args.scores else None
     except ScoreError as exc:
         print(f"fabnb reproduce: {exc}", file=sys.stderr)
-        return 2
+        return EXIT["usage"]
     formats = tuple(f for f in args.figures.split(",") if f.strip())
     try:
         result = reproduce(args.out, scores=scores, source=args.scores, figures=formats)
     except ValueError as exc:
         print(f"fabnb reproduce --figures: {exc}", file=sys.stderr)
-        return 2
+        return EXIT["usage"]
     drawn = f"{len(result.figures)} figures ({', '.join(f.upper() for f in formats)})" if formats else "no figures"
     print(f"wrote {drawn} and {len(result.tables)} tables (CSV and Markdown) to {result.out_dir}")
     if result.claims is not None:
         counts = result.claims["verdict"].value_counts()
         print(f"claims: {len(result.claims)} checked: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
     print(f"report: {result.report_md} and {result.report_html} ({time.perf_counter() - start:.1f} s)")
-    return 0
+    return EXIT["ok"]
 
 
 def _run(args: argparse.Namespace) -> int:
     from .errors import FabnbError
-    from .experiment import Experiment, run_experiment
+    from .experiment import ConfirmationNeeded, Experiment, run_experiment
     from .process import stop_on_signals
 
     start = time.perf_counter()
@@ -62,16 +65,29 @@ def _run(args: argparse.Namespace) -> int:
         exp = Experiment.from_file(args.file, output=args.out)
         with stop_on_signals():  # SIGTERM (JupyterLab's Stop, or JupyterLab ending) stops it as Ctrl-C does
             run = run_experiment(exp, dry_run=args.dry_run, probe=not args.no_probe, progress=not args.no_progress,
-                                 endpoint_moved=args.endpoint_moved or ())
+                                 endpoint_moved=args.endpoint_moved or (), yes=args.yes)
+    except ConfirmationNeeded as exc:
+        print(f"fabnb run: {exc}", file=sys.stderr)
+        return EXIT["confirm"]
     except FabnbError as exc:
         print(f"fabnb run: {exc}", file=sys.stderr)
-        return 2
+        return EXIT["usage"]
     except KeyboardInterrupt as exc:
-        print(f"fabnb run: stopped ({exc or 'Ctrl-C'}); what was answered is kept: run it again to resume.",
-              file=sys.stderr)
-        return 130
+        # str(KeyboardInterrupt()) is empty, and an exception object is always true: say what stopped it.
+        print(f"fabnb run: stopped ({str(exc) or 'Ctrl-C or SIGTERM'}); what was answered is kept: run it again to "
+              "resume.", file=sys.stderr)
+        return EXIT["stopped"]
     print(f"({time.perf_counter() - start:.1f} s)")
-    return 0 if run.status in ("finished", "dry-run") else 3
+    return run_exit(run)
+
+
+def run_exit(run) -> int:
+    """The exit status of a finished run (:data:`fabnb.exits.EXIT`): ok only when every cell is stored."""
+    if run.status == "stopped-by-budget":
+        return EXIT["budget"]
+    if run.status not in ("finished", "dry-run"):
+        return EXIT["failed_cells"]
+    return EXIT["failed_cells"] if run.status == "finished" and len(run.failures) else EXIT["ok"]
 
 
 def _rate(args: argparse.Namespace) -> int:
@@ -86,13 +102,13 @@ def _rate(args: argparse.Namespace) -> int:
         app = RatingApp.from_folders(args.qa, args.ratings, args.manifests)
     except FabnbError as exc:
         print(f"fabnb rate: {exc}", file=sys.stderr)
-        return 2
+        return EXIT["usage"]
     table = app.progress()
     print(f"{len(app.items)} items; ratings in {app.store.folder}")
     print(table.to_string(index=False) if len(table) else "no rater has rated yet")
     print("serve the app with: fabnb rate --serve" + (f" --qa {args.qa}" if args.qa else "")
           + f" --ratings {args.ratings}" + (f" --manifests {args.manifests}" if args.manifests else ""))
-    return 0
+    return EXIT["ok"]
 
 
 def _explore(args: argparse.Namespace) -> int:
@@ -103,7 +119,7 @@ def _explore(args: argparse.Namespace) -> int:
         return serve_explorer(args.folder, port=args.port)
     except (FabnbError, FileNotFoundError) as exc:
         print(f"fabnb explore: {exc}", file=sys.stderr)
-        return 2
+        return EXIT["usage"]
 
 
 def _serve_local(args: argparse.Namespace) -> int:
@@ -114,8 +130,8 @@ def _serve_local(args: argparse.Namespace) -> int:
         serve(port=args.port, n_ctx=args.n_ctx)
     except LLMError as exc:
         print(f"fabnb serve-local: {exc}", file=sys.stderr)
-        return 2
-    return 0
+        return EXIT["usage"]
+    return EXIT["ok"]
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -126,12 +142,13 @@ def _doctor(args: argparse.Namespace) -> int:
     print(render(table))
     print(f"({time.perf_counter() - start:.1f} s)")
     if args.no_model:
-        return 0
-    return 0 if default_llm_ok(table) else 1
+        return EXIT["ok"]
+    return EXIT["ok"] if default_llm_ok(table) else EXIT["check_failed"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fabnb", description="A research kit for adaptive RAG benchmarking.")
+    parser = argparse.ArgumentParser(prog="fabnb", description="A research kit for adaptive RAG benchmarking.",
+                                     epilog=table(), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"fabnb {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("reproduce", help="regenerate the paper's figures, tables and claim checks")
@@ -140,12 +157,16 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--figures", default="png,svg", metavar="FORMATS",
                      help="figure formats, comma-separated; '' draws none (default: %(default)s)")
     rep.set_defaults(run=_reproduce)
-    run = sub.add_parser("run", help="run a whole experiment from a TOML file (plan, answers, judge, report)")
+    run = sub.add_parser("run", help="run a whole experiment from a TOML file (plan, answers, judge, report)",
+                         epilog=table(), formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("file", help="the experiment file (see examples/offline.toml)")
     run.add_argument("--dry-run", action="store_true", help="print the plan (calls, tokens, cost, time) and stop")
     run.add_argument("--out", help="output folder (default: the file's output)")
     run.add_argument("--no-probe", action="store_true", help="do not measure the endpoints with a probe call")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--yes", action="store_true",
+                     help="start even when the plan is above the confirmation threshold (about $50 or 2 h unless "
+                          "the file sets confirm_usd / confirm_hours)")
     run.add_argument("--endpoint-moved", action="append", metavar="SYSTEM",
                      help="this system's (or the judge's) server moved to a new address but is the same server: "
                           "keep its cells (recorded in the manifest); repeat for several")

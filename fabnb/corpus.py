@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import FabnbError
+from .files import MAX_FILE_BYTES, FileRefused, read_bytes
 from .passages import readability
 from .terms import KnowledgeBase
 from .tokens import tokenizer
@@ -299,7 +300,11 @@ def load_corpus(
         if fmt == "pdf":
             _read_pdf(loader, path, doc_id)
             continue
-        raw = path.read_bytes()
+        try:  # a regular file of at most 256 MB (a FIFO or /dev/zero named in a folder is not read)
+            raw = read_bytes(path, setting="corpus document", max_bytes=MAX_FILE_BYTES["document"])
+        except FileRefused as exc:
+            loader.problem(path, doc_id, "unreadable", f"{exc.reason} The file was skipped.")
+            continue
         if not raw.strip():
             loader.problem(path, doc_id, "empty", "the file is empty; it was skipped.")
             continue

@@ -32,6 +32,7 @@ import pandas as pd
 
 from .corpus import SECTION_COLUMNS, corpus_from_frame
 from .errors import FabnbError
+from .files import MAX_FILE_BYTES, FileRefused, read_text
 from .paths import cache_dir
 from .schema import METRICS, QUESTION_FORMATS, TEST_TYPES
 
@@ -182,11 +183,11 @@ def read_qa_files(paths, on_error: str = "warn") -> QASet:
         path = Path(path)
         try:
             try:
-                record = json.loads(path.read_text(encoding="utf-8"))
+                record = json.loads(read_text(path, setting="QA file", max_bytes=MAX_FILE_BYTES["qa"]))
             except json.JSONDecodeError as exc:
                 raise DatasetError(f"{path}: not valid JSON ({exc}).") from None
-            except UnicodeDecodeError:
-                raise DatasetError(f"{path}: not UTF-8 text.") from None
+            except FileRefused as exc:  # not a regular file, too large, not UTF-8: said without the setting
+                raise DatasetError(f"{path}: {exc.reason}") from None
             pair = parse_qa(record, str(path))
             if pair.test_id in seen:
                 raise DatasetError(f"{path}: test_id {pair.test_id!r} already read from {seen[pair.test_id]}.")

@@ -327,6 +327,9 @@ class Explorer:
             test_id, then for each metric (and the average) ``<metric>_a``, ``<metric>_b`` and
             ``<metric>_diff`` (b - a), and ``drop`` (a - b of ``metric`` or the average), largest first.
         """
+        if metric is not None and metric not in [*self.metrics, "average"]:
+            raise ValueError(f"metric {metric!r} is not scored in this run; metrics: {', '.join(self.metrics)}, "
+                             "or average")
         sides = []
         for side in (a, b):
             unknown = set(side) - {"system", "model", "context_k", "mode"}
@@ -334,9 +337,19 @@ class Explorer:
                 raise ValueError("a configuration is fixed by system, model, context_k and mode, not "
                                  f"{sorted(unknown)}")
             c = self.cells
-            mask = np.logical_and.reduce([c[k] == (float(v) if k == "context_k" else v) for k, v in side.items()]) \
-                if side else np.ones(len(c), bool)
+            mask = np.ones(len(c), bool)
+            for k, v in side.items():
+                if not isinstance(v, (str, int, float)) or isinstance(v, bool):
+                    raise ValueError(f"{k} = {str(v)[:80]!r} must be one value (a string or a number)")
+                try:
+                    mask &= (c[k] == (float(v) if k == "context_k" else v)).to_numpy()
+                except ValueError:
+                    raise ValueError(f"context_k = {str(v)[:80]!r} is not a number of K tokens") from None
             chosen = c[mask]
+            if not len(chosen):
+                offered = {k: sorted(map(str, c[k].unique())) for k in side}
+                raise ValueError(f"{ {k: str(v)[:80] for k, v in side.items()} } names no configuration of this run; "
+                                 "it has " + "; ".join(f"{k}: {', '.join(v)}" for k, v in offered.items()))
             if chosen.duplicated("test_id").any():
                 raise ValueError(f"{side} names several configurations per question; fix more of system, model, "
                                  "context_k and mode.")

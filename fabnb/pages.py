@@ -35,7 +35,9 @@ def one_cell_notebook(path: str | Path, source: str) -> Path:
             "source": source.splitlines(keepends=True)}
     nb = {"cells": [cell], "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
                                                        "name": "python3"},
-                                        "language_info": {"name": "python"}},
+                                        "language_info": {"name": "python"},
+                                        # fabnb's Voilà template: nothing fetched from another host (fabnb.voila)
+                                        "voila": {"template": "fabnb"}},
           "nbformat": 4, "nbformat_minor": 5}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(nb, indent=1) + "\n", encoding="utf-8")

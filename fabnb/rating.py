@@ -31,15 +31,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .access import MAX_RATER_NAME, rater_name_problem  # the one rule for names, kept there
 from .errors import FabnbError
+from .files import MAX_FILE_BYTES, FileRefused, read_text
 from .records import append_jsonl, read_jsonl, warn_cut
 from .stats import icc, krippendorff_alpha, weighted_kappa  # noqa: F401 - re-exported: fabnb.rating.icc, ...
 
 __all__ = ['ANCHORS', 'ANCHORS_SOURCE', 'BLIND_FIELDS', 'DIMENSIONS', 'RATING_COLUMNS', 'RatingApp', 'RatingError',
-           'RatingSession', 'RatingStore', 'MAX_RATER_NAME', 'SCALE', 'SCHEMES', 'VERDICT_DIMENSIONS', 'agreement',
-           'app_notebook', 'assign', 'icc', 'krippendorff_alpha', 'overlap', 'quality_table', 'rating_items',
-           'rating_matrix', 'read_manifest', 'rater_key', 'read_rating_file', 'serve_app', 'weighted_kappa',
-           'write_manifests']
+           'RatingSession', 'RatingStore', 'MAX_COMMENT', 'MAX_RATER_NAME', 'SCALE', 'SCHEMES', 'VERDICT_DIMENSIONS',
+           'agreement', 'app_notebook', 'assign', 'icc', 'krippendorff_alpha', 'overlap',
+           'quality_table', 'rating_items', 'rating_matrix', 'read_manifest', 'rater_key', 'read_rating_file',
+           'serve_app', 'weighted_kappa', 'write_manifests']
 
 #: Appendix D's four dimensions and their one-line definitions (1-5 scale).
 DIMENSIONS: dict[str, str] = {
@@ -78,8 +80,8 @@ class RatingError(FabnbError, ValueError):
     """A rating that cannot be stored as it is."""
 
 
-#: The longest rater name (in characters) the store takes: longer ones are refused before anything is written.
-MAX_RATER_NAME = 80
+#: The longest comment (in characters) the store takes; the page shows the limit and stops typing at it.
+MAX_COMMENT = 10_000
 
 
 def _safe_name(rater: str) -> str:
@@ -97,11 +99,9 @@ def rater_key(rater: str) -> str:
     >>> rater_key("ana b"), rater_key("ana_b")
     ('ana_b-53b1fba9', 'ana_b-be89d6c9')
     """
-    if not isinstance(rater, str) or not rater.strip():
-        raise RatingError("enter your name (letters, digits, '-' or '_') to start rating.")
-    if len(rater) > MAX_RATER_NAME:
-        raise RatingError(f"a rater name of {len(rater)} characters is too long: use at most {MAX_RATER_NAME} "
-                          "(initials and a surname are enough).")
+    problem = rater_name_problem(rater)
+    if problem:
+        raise RatingError(problem)
     slug = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in rater.strip())[:40].strip("_") or "rater"
     return f"{slug}-{hashlib.sha256(rater.encode('utf-8')).hexdigest()[:8]}"
 
@@ -195,8 +195,11 @@ class RatingStore:
         record = {"kind": kind, "rater": rater, "item_id": str(item_id),
                   "scores": {k: int(v) if kind in SCHEMES else v for k, v in scores.items()}, "ts": time.time()}
         if comment is not None:
+            if len(str(comment)) > MAX_COMMENT:
+                raise RatingError(f"{item_id}: a comment of {len(str(comment)):,} characters is over the "
+                                  f"{MAX_COMMENT:,} a comment may hold; shorten it. Nothing was saved.")
             record["comment"] = str(comment)
-        self._append(rater, record)
+        self._append(rater, record)  # its path is rater_key(rater): the one rule for names, refused before writing
         return record
 
     def records(self, kind: str = "rating") -> tuple[list[dict], pd.DataFrame]:
@@ -568,8 +571,10 @@ def read_manifest(path: str | Path) -> dict:
     """A rater's manifest: ``{"rater": name, "items": [item ids]}``, checked."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        data = json.loads(read_text(path, setting="rater manifest", max_bytes=MAX_FILE_BYTES["manifest"]))
+    except FileRefused as exc:
+        raise RatingError(f"{path}: not a readable manifest ({exc.reason}); write it with write_manifests().") from None
+    except ValueError as exc:
         raise RatingError(f"{path}: not a readable manifest ({exc}); write it with write_manifests().") from None
     if not isinstance(data, dict) or not isinstance(data.get("rater"), str) or not isinstance(data.get("items"), list):
         raise RatingError(f"{path}: a manifest holds 'rater' (text) and 'items' (a list of item ids).")

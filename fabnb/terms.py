@@ -44,6 +44,7 @@ from pathlib import Path
 import pandas as pd
 
 from .errors import FabnbError
+from .files import MAX_FILE_BYTES, FileRefused, read_text
 
 __all__ = ['HIGH_WEIGHT_CATEGORIES', 'Highlighted', 'KnowledgeBase', 'KnowledgeBaseError', 'PRECISION_LEVELS',
            'TermAnalysis', 'precision_level']
@@ -169,7 +170,10 @@ class KnowledgeBase:
             import yaml
 
             try:
-                data = yaml.safe_load(path.read_text(encoding="utf-8"))
+                data = yaml.safe_load(read_text(path, setting="knowledge base",
+                                                max_bytes=MAX_FILE_BYTES["knowledge_base"]))
+            except FileRefused as exc:
+                raise KnowledgeBaseError(str(exc)) from None
             except yaml.YAMLError as exc:
                 raise KnowledgeBaseError(f"{path}: not valid YAML ({exc}).") from None
             if isinstance(data, dict):
@@ -184,8 +188,13 @@ class KnowledgeBase:
             else:
                 raise KnowledgeBaseError(f"{path}: expected a list of records or a mapping of categories.")
         else:
+            import io
+
             try:
-                frame = pd.read_csv(path)
+                frame = pd.read_csv(io.StringIO(read_text(path, setting="knowledge base",
+                                                          max_bytes=MAX_FILE_BYTES["knowledge_base"])))
+            except FileRefused as exc:
+                raise KnowledgeBaseError(str(exc)) from None
             except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
                 raise KnowledgeBaseError(f"{path}: not a readable CSV ({exc}).") from None
         return cls.from_frame(frame, str(path), high_weight_categories)

@@ -9,6 +9,9 @@
   :class:`SecretFilter` scrubs what tornado's own warnings write about a refused request;
 - **idle kernels are culled**: every page load starts a kernel, and Voilà culls none unless told; a page left
   alone for :data:`CULL_IDLE_SECONDS` loses its kernel (its ratings are already on disk);
+- **nothing from another host**: the ``fabnb`` template (``share/voila/templates/fabnb``) is Voilà's ``lab``
+  without the two Font Awesome stylesheets it links from a CDN (every expert's browser contacted a third-party
+  host, and the pages lost those icons offline; fabnb's widgets draw none);
 - **one live kernel per rater, and a cap for the server**: a page opened by a rater's link (``?rater=...``)
   replaces that rater's older page's kernel, and no more than :data:`MAX_KERNELS` kernels run at once (the next
   page load is refused with 503 and a message, until one ends).
@@ -22,14 +25,17 @@ import logging
 import os
 import re
 import sys
+from pathlib import Path
 from urllib.parse import parse_qs
 
 from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
 from tornado import web
 
-__all__ = ["CULL_IDLE_SECONDS", "LOGGERS", "MAX_KERNELS", "RaterKernels", "SecretFilter", "app_class", "main",
-           "rater_of_env"]
+__all__ = ["CULL_IDLE_SECONDS", "LOGGERS", "MAX_KERNELS", "TEMPLATES", "RaterKernels", "SecretFilter", "app_class",
+           "main", "rater_of_env"]
 
+#: The Jupyter data folder that holds fabnb's Voilà template (``voila/templates/fabnb``).
+TEMPLATES = Path(__file__).resolve().parent / "share"
 #: A page whose kernel has been idle this long (and has no browser connected) loses its kernel.
 CULL_IDLE_SECONDS = 900
 #: The most kernels one served page may run at once (each is ~200 MB): ``FABNB_MAX_KERNELS`` overrides it.
@@ -104,7 +110,11 @@ def main(argv=None) -> None:
     """Run Voilà on a notebook with fabnb's log, culling and kernel limits (the options given come after fabnb's
     defaults, so they win)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    defaults = [f"--MappingKernelManager.cull_idle_timeout={CULL_IDLE_SECONDS}",
+    # fabnb's template (share/voila/templates/fabnb: Voilà's lab with nothing from another host) is found on
+    # Jupyter's data path, which JUPYTER_PATH extends.
+    os.environ["JUPYTER_PATH"] = os.pathsep.join([str(TEMPLATES), *filter(None, [os.environ.get("JUPYTER_PATH")])])
+    defaults = ["--VoilaConfiguration.template=fabnb",
+                f"--MappingKernelManager.cull_idle_timeout={CULL_IDLE_SECONDS}",
                 "--MappingKernelManager.cull_interval=60",
                 "--VoilaConfiguration.multi_kernel_manager_class=fabnb.voila.RaterKernels"]
     app_class().launch_instance(argv=defaults + argv)

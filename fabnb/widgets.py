@@ -29,7 +29,7 @@ import pandas as pd
 import traitlets
 
 from .errors import FabnbError
-from .rating import ANCHORS, ANCHORS_SOURCE, RatingApp, RatingError
+from .rating import ANCHORS, ANCHORS_SOURCE, MAX_COMMENT, RatingApp, RatingError
 
 __all__ = ['CorpusInspector', 'QACurator', 'RatingAppView', 'RatingPanel', 'ResultsExplorer', 'download_link',
            'explorer_app', 'rating_app']
@@ -133,6 +133,7 @@ class RatingPanel(_View):
     item = traitlets.Dict().tag(sync=True)
     scores = traitlets.Dict().tag(sync=True)
     comment = traitlets.Unicode("").tag(sync=True)
+    max_comment = traitlets.Int(MAX_COMMENT).tag(sync=True)  # shown under the comment box; the store's limit
 
     def __init__(self, session, **kwargs):
         self.session = session

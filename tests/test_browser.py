@@ -89,10 +89,64 @@ def _open_and_run(page, url: str):
     page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
 
 
-def _chromium(pw):
+LOCAL_HOSTS = ("127.0.0.1", "127.0.0.2", "localhost", "[::1]")
+
+
+class LocalOnlyBrowser:
+    """Debian's chromium, every page of it watched: each request is recorded (``requests``), one to a host that
+    is not this machine is aborted and remembered, and :meth:`close` fails the test naming it. The rating app,
+    the explorer and JupyterLab must work with nothing fetched from elsewhere (Voilà's lab template once linked
+    Font Awesome from a CDN, so every expert's browser contacted a third party)."""
+
+    def __init__(self, browser):
+        self.browser, self.requests, self.elsewhere = browser, [], []
+
+    def _watch(self, context):
+        def route(r):
+            from urllib.parse import urlsplit
+
+            url = r.request.url
+            self.requests.append(url)
+            host = urlsplit(url).hostname or ""
+            if urlsplit(url).scheme in ("data", "blob", "about") or host in LOCAL_HOSTS or f"[{host}]" in LOCAL_HOSTS:
+                r.continue_()
+            else:
+                self.elsewhere.append(url)
+                r.abort()
+
+        context.route("**/*", route)
+        return context
+
+    def new_context(self, **kwargs):
+        return self._watch(self.browser.new_context(**kwargs))
+
+    def new_page(self, **kwargs):
+        page = self.new_context(**kwargs).new_page()
+        return page
+
+    def close(self):
+        self.browser.close()
+        assert not self.elsewhere, f"the page asked hosts other than this machine: {sorted(set(self.elsewhere))}"
+
+
+def _chromium(pw) -> LocalOnlyBrowser:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "no chromium on PATH: .ci/run installs Debian's chromium (apt-get install chromium)"
-    return pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+    return LocalOnlyBrowser(pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True))
+
+
+def test_the_browser_fails_a_test_whose_page_asks_another_host():
+    """The fixture itself: a page that loads an image from elsewhere is failed at close, naming the address."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = _chromium(pw)
+        page = browser.new_page()
+        page.set_content('<img src="https://cdn.example.invalid/icon.png"><p>hi</p>')
+        page.wait_for_timeout(500)
+        with pytest.raises(AssertionError, match="cdn.example.invalid/icon.png"):
+            browser.close()
+    assert browser.requests == ["https://cdn.example.invalid/icon.png"]
 
 
 def _one_cell_notebook(work: Path, name: str, source: str) -> str:

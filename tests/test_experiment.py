@@ -163,7 +163,7 @@ def _refused_naming(path: Path, words) -> None:
     ('name = "x"\noutput = "o"\n[contexts]\nwindows = [4, -8]\n', ["windows", "out of range", "> 0"]),
     ('name = "x"\noutput = "o"\n[contexts]\nmodes = ["C"]\n', ["modes", "\"A\""]),
     ('name = "x"\noutput = "o"\n[judge]\nmetrics = ["fluency"]\n', ["metrics", "factuality"]),
-    ('name = "x"\noutput = "o"\n[questions]\nsample = 0\n', ["sample", "positive"]),
+    ('name = "x"\noutput = "o"\n[questions]\nsample = 0\n', ["sample", "1 to 1,000,000"]),
     ('name = "x"\noutput = "o"\nbudget_usd = 5\n[[systems]]\nname = "s"\nmodel = "my-model"\nbase_url = "http://h"\n',
      ["budget_usd", "my-model", "[prices]"]),
     ('name = "x"\noutput = "o"\n[systems]\nname = "s"\n', ["systems", "a list"]),
@@ -183,19 +183,19 @@ SYSTEM = '[[systems]]\nname = "s"\nmodel = "embedded"\n'
 # store; each is now the file check's message, with the file, the line and the key, before any call.
 @pytest.mark.parametrize("text, words", [
     ('[contexts]\nwindows = [inf]\n', ["windows = [inf]", "line 4", "out of range", "finite"]),
-    ('budget_usd = nan\n', ["budget_usd = nan", "line 3", "out of range", "> 0 and finite"]),
-    ('[corpus]\nchunk_size = 0\n', ["chunk_size = 0", "line 4", ">= 1"]),
+    ('budget_usd = nan\n', ["budget_usd = nan", "line 3", "out of range", "> 0, finite"]),
+    ('[corpus]\nchunk_size = 0\n', ["chunk_size = 0", "line 4", "1 to 32,768"]),
     ('[corpus]\nchunk_size = 128\nchunk_overlap = 500\n', ["chunk_overlap = 500", "line 5", "smaller than "
                                                             "chunk_size = 128"]),
     ('[questions]\ntest_types = ["nope"]\n', ["test_types", "line 4", "'nope'", "robustness"]),
     ('[corpus]\nsource = "no-such-folder"\n', ["[corpus] source", "line 4", "does not exist"]),
     ('[corpus]\nsource = "/dev/zero"\n', ["[corpus] source = '/dev/zero'", "no readable document"]),
     ('[corpus]\nsource = "empty"\n', ["[corpus] source", "no readable document"]),
-    ('[judge]\nconcurrency = 0\n', ["[judge] concurrency = 0", "line 4", ">= 1"]),
-    ('concurrency = 0\n', ["concurrency = 0", "line 3", ">= 1"]),
-    ('budget_usd = 0.001\n[prices.m]\ninput = -100.0\noutput = -100.0\n', ["input = -100.0", ">= 0"]),
+    ('[judge]\nconcurrency = 0\n', ["[judge] concurrency = 0", "line 4", "1 to 256"]),
+    ('concurrency = 0\n', ["concurrency = 0", "line 3", "1 to 256"]),
+    ('budget_usd = 0.001\n[prices.m]\ninput = -100.0\noutput = -100.0\n', ["input = -100.0", "0 to 10,000"]),
     ('budget_usd = -5\n', ["budget_usd = -5", "out of range", "> 0"]),
-    ('[judge]\nreplicates = -1\n', ["replicates = -1", "line 4", ">= 1"]),
+    ('[judge]\nreplicates = -1\n', ["replicates = -1", "line 4", "1 to 20"]),
     ('[contexts]\noutput_k = -1\n', ["output_k = -1", "line 4", "> 0"]),
     ('[contexts]\nwindows = [1, 1]\n', ["windows = [1.0, 1.0]", "line 4", "twice"]),
     ('[contexts]\nmodes = ["A", "A"]\n', ["modes", "line 4", "'A' twice"]),
@@ -984,3 +984,108 @@ def test_a_plan_does_not_import_deepeval(tmp_path, stub):
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", done.stdout
+
+
+# --------------------------------------------------------------- issue 46: bounds, confirmation, exit codes, probes
+
+
+@pytest.mark.parametrize("text, words", [
+    ('[contexts]\nwindows = [' + ", ".join(f"{w / 10:g}" for w in range(1, 10_001)) + ']\n',
+     ["windows (line 4) lists 10000 windows, over the 64"]),
+    ('[contexts]\nwindows = [1e9]\n', ["windows = [1000000000.0]", "line 4", "at most 2048"]),
+    ('[judge]\nreplicates = 1000000\n', ["replicates = 1000000", "line 4", "1 to 20"]),
+    ('[judge]\nn_ctx = 100000000000000000\n', ["n_ctx", "512 to 2,097,152"]),
+    ('[judge]\nmax_answer_tokens = 100000000\n', ["max_answer_tokens", "1 to 1,000,000"]),
+    ('[corpus]\nchunk_size = 100000000\nchunk_overlap = 0\n', ["chunk_size = 100000000", "1 to 32,768"]),
+    ('concurrency = 1000000\n', ["concurrency = 1000000", "1 to 256"]),
+    ('[contexts]\noutput_k = 1e9\n', ["output_k = 1000000000.0", "at most 128"]),
+])
+def test_settings_past_their_upper_bound_are_refused(tmp_path, text, words):
+    """Issue 46 item 5: 10,000 windows planned 40,000 calls and $3,168 and started at once."""
+    path = tmp_path / "bad.toml"
+    path.write_text('name = "x"\noutput = "o"\n' + text + SYSTEM)
+    _refused_naming(path, words)
+
+
+def test_a_plan_above_the_threshold_does_not_start_without_yes(tmp_path, stub, capsys):
+    """Item 5: the one confirmation threshold, in the library, the CLI and the magic."""
+    from fabnb.cli import main
+    from fabnb.experiment import CONFIRM_HOURS, CONFIRM_USD, ConfirmationNeeded
+    from fabnb.jupyter.magics import parse, run_cell
+
+    assert (CONFIRM_USD, CONFIRM_HOURS) == (50.0, 2.0)
+    path = write_file(tmp_path, budget="confirm_usd = 0.0001")
+    with pytest.raises(ConfirmationNeeded, match=r"costs about \$0\.\d\d, over the \$0\.00 that asks first"):
+        run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    assert not any(r.get("response_format") or r.get("max_tokens") == 256 for r in stub.requests)
+    assert not (tmp_path / "out" / "answers.jsonl").exists()
+    assert main(["run", str(path), "--no-progress", "--no-probe"]) == 5
+    assert "--yes" in capsys.readouterr().err
+    run_cell(parse(f"run {path} --no-probe"))
+    assert "asks first" in capsys.readouterr().out and not (tmp_path / "out" / "answers.jsonl").exists()
+    assert main(["run", str(path), "--no-progress", "--no-probe", "--yes"]) == 0
+    # A budget caps the spending: the cost no longer asks; a time over confirm_hours still does.
+    (tmp_path / "b").mkdir()
+    budgeted = write_file(tmp_path / "b", budget="confirm_usd = 0.0001\nbudget_usd = 1.0\nconfirm_hours = 0")
+    run = run_experiment(Experiment.from_file(budgeted), progress=False, probe=False, echo=quiet)
+    assert run.status == "finished"  # no probe: the time is unknown and asks nothing
+    (tmp_path / "c").mkdir()
+    timed = write_file(tmp_path / "c", budget="budget_usd = 1.0\nconfirm_hours = 0")
+    with pytest.raises(ConfirmationNeeded, match=r"takes about \d+ s, over the 0 h that asks first"):
+        run_experiment(Experiment.from_file(timed), progress=False, echo=quiet)
+
+
+def test_exit_statuses_tell_every_cell_stored_from_failed_cells_and_the_budget(tmp_path, monkeypatch):
+    """Item 10: a run in which every call failed exited 0."""
+    from fabnb.cli import main
+
+    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FABNB_TEST_KEY", CANARY)
+    state = {"down": True}
+
+    def down(request, n):  # every call fails while down
+        return (503, {"error": {"message": "overloaded"}}, {}) if state["down"] else judge_or_echo(request, n)
+
+    path = write_file(tmp_path, sample=1, windows="[1]", modes='["A"]')
+    with StubServer(down) as server:
+        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
+        assert main(["run", str(path), "--no-progress", "--no-probe"]) == 3
+        manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+        assert manifest["runs"][-1]["status"] == "finished" and manifest["stages"][0]["failed"] == 1
+        state["down"] = False
+        assert main(["run", str(path), "--no-progress", "--no-probe"]) == 0  # healed: every cell stored
+        (tmp_path / "b").mkdir()
+        poor = write_file(tmp_path / "b", budget="budget_usd = 0.004")
+        assert main(["run", str(poor), "--no-progress", "--no-probe"]) == 4
+
+
+def test_the_exit_statuses_in_the_docs_and_the_help_are_the_table():
+    from fabnb.cli import build_parser
+    from fabnb.exits import EXIT, MEANING
+
+    doc = (ROOT / "docs" / "experiment.md").read_text()
+    block = doc[doc.index("<!-- exits -->"):doc.index("<!-- /exits -->")]
+    rows = [line for line in block.splitlines() if line.startswith("| ")][1:]
+    assert rows == [f"| {EXIT[n]} | {MEANING[n]} |" for n in EXIT]
+    assert all(f"{code:>3}  {MEANING[n]}" in build_parser().format_help() for n, code in EXIT.items())
+
+
+def test_probes_are_kept_and_a_rerun_sends_none(tmp_path, stub):
+    """Item 11: every rerun sent six paid probe calls, even with nothing left to do."""
+    path = write_file(tmp_path)
+
+    def probes() -> int:
+        return sum("Count from 1 to 30" in json.dumps(r) or "Say OK." in json.dumps(r) for r in stub.requests)
+
+    first = run_experiment(Experiment.from_file(path), progress=False, echo=quiet)
+    sent = probes()
+    assert sent > 0 and first.status == "finished"
+    kept = json.loads((tmp_path / "out" / "probes.json").read_text())["probes"]
+    assert {p["endpoint"] for p in kept} == {f"{stub.base_url} stub-answerer", f"{stub.base_url} stub-judge"}
+    assert all(p["measured"] and p["s_per_completion_token"] > 0 for p in kept)
+    again = run_experiment(Experiment.from_file(path), progress=False, echo=quiet)  # nothing to do
+    assert probes() == sent and again.plan.total_seconds == 0
+    path.write_text(path.read_text().replace("windows = [1, 2]", "windows = [1, 2, 4]"))
+    lines = []
+    more = run_experiment(Experiment.from_file(path), progress=False, echo=lines.append)  # the same endpoints
+    assert probes() == sent and "kept from" in lines[0] and more.plan.total_seconds > 0

@@ -293,6 +293,44 @@ def test_routes_refuse_paths_outside_the_root_and_bad_arguments(jp_fetch, jp_asy
     assert info.value.code == 403
 
 
+def test_malformed_requests_are_a_400_naming_the_field_never_a_500(jp_fetch, jp_asyncio_loop, caplog):
+    """Issue 46 item 8: these answered 500 with a traceback (TypeError, KeyError, RecursionError), and a 300 MB
+    ``file`` value took 31 s and wrote a 314 MB line into the log."""
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    key = {"system": "ref", "model": "stub-answerer", "context_k": 1.0, "mode": "A"}
+    cases = [
+        ("GET", ("results", "cells"), {"path": "study/out", "filters": json.dumps({"score_min": [1, 2]})}, None,
+         400, "filter score_min must be one value"),
+        ("GET", ("results", "compare"), {"path": "study/out", "a": json.dumps({"system": "nope"}),
+                                         "b": json.dumps(key)}, None, 400, "names no configuration of this run"),
+        ("GET", ("results", "compare"), {"path": "study/out", "a": json.dumps({**key, "context_k": [1]}),
+                                         "b": json.dumps(key)}, None, 400, "must be one value"),
+        ("GET", ("results", "compare"), {"path": "study/out", "a": json.dumps(key), "b": json.dumps(key),
+                                         "metric": "colour"}, None, 400, "metric 'colour' is not scored"),
+        ("GET", ("results", "cells"), {"path": "study/out", "filters": "[" * 100 + "]" * 100}, None, 400,
+         "filters nests deeper than 64"),
+        ("POST", ("runs",), None, '{"file": ' + "[" * 100_000 + "]" * 100_000 + "}", 400,
+         "the request body nests deeper than 64"),
+        ("POST", ("runs",), None, json.dumps({"file": ["a"]}), 400, "runs: file must be a string"),
+        ("POST", ("new",), None, json.dumps({"folder": {"a": 1}}), 400, "new: folder must be a string"),
+        ("POST", ("runs",), None, json.dumps({"file": "x" * 5000}), 400, "a path or name has at most 4,096"),
+        ("POST", ("runs",), None, json.dumps({"file": "canary-" + "x" * (2 * 1024 * 1024)}), 413,
+         "over the 1,048,576 a request may send"),
+    ]
+    for method, parts, params, body, status, words in cases:
+        with pytest.raises(HTTPClientError) as info:
+            _get(jp_fetch, jp_asyncio_loop, *parts, method=method, params=params, body=body)
+        said = info.value.response.body.decode()
+        assert info.value.code == status and words in said, (parts, info.value.code, said[:300])
+        assert len(said) < 2000  # the value is never echoed whole
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert not [r.getMessage()[:200] for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert any(" 400 " in f" {m} " or m.startswith("400 ") for m in logged.splitlines())  # the log was captured
+    assert "canary-" not in logged and len(logged) < 200_000
+
+
 def test_a_run_started_from_the_server_finishes_and_a_second_is_refused(jp_fetch, jp_asyncio_loop, jp_root_dir,
                                                                         monkeypatch):
     root = jp_root_dir
@@ -319,6 +357,34 @@ def test_a_run_started_from_the_server_finishes_and_a_second_is_refused(jp_fetch
     assert {"starting", "running"} & set(states[:-1])  # seen while it ran, then done
     judged = [r for r in server.requests if r.get("response_format")]
     assert len(judged) == 4 and len((root / "fresh" / "out" / "answers.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_run_above_the_threshold_waits_for_yes_from_jupyterlab(jp_fetch, jp_asyncio_loop, jp_root_dir, monkeypatch):
+    """Issue 46 item 5: JupyterLab's Run asks too. The route answers 409 with ``confirm`` (the extension shows a
+    dialog with the reason); sent again with ``yes`` it starts, and its process has --yes."""
+    root = jp_root_dir
+    (root / "dear").mkdir(exist_ok=True)
+    with StubServer(judge_or_echo) as server:
+        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
+        monkeypatch.setenv("FABNB_TEST_KEY", "sk-test")
+        monkeypatch.setenv("FABNB_CACHE_DIR", str(root / "cache"))
+        write_file(root / "dear", sample=1, windows="[1]", modes='["A"]', name="dear", budget="confirm_usd = 0")
+        planned = json.loads(_get(jp_fetch, jp_asyncio_loop, "plan", params={"file": "dear/experiment.toml"}).body)
+        assert "over the $0.00 that asks first" in planned["confirm"]
+        with pytest.raises(HTTPClientError) as info:
+            _get(jp_fetch, jp_asyncio_loop, "runs", method="POST", body=json.dumps({"file": "dear/experiment.toml"}))
+        answer = json.loads(info.value.response.body)
+        assert info.value.code == 409 and answer["confirm"] is True and "asks first" in answer["error"]
+        assert not (root / "dear" / "out").exists() and not server.requests
+        started = json.loads(_get(jp_fetch, jp_asyncio_loop, "runs", method="POST",
+                                  body=json.dumps({"file": "dear/experiment.toml", "yes": True})).body)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            run = next(r for r in json.loads(_get(jp_fetch, jp_asyncio_loop, "runs").body) if r["path"] == "dear/out")
+            if run["state"] not in ("starting", "running", "ending"):
+                break
+            time.sleep(0.2)
+    assert started["output"] == "dear/out" and run["state"] == "finished", run
 
 
 def test_a_run_whose_process_outlives_its_folder_is_ending_until_the_process_ends(tmp_path):

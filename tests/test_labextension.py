@@ -65,9 +65,9 @@ def _shot(page, name: str) -> None:
 def test_the_extension_end_to_end_in_a_real_browser(tmp_path, fab_bench_dir):
     from playwright.sync_api import sync_playwright
 
-    qa = _hostile_qa(fab_bench_dir, tmp_path / "qa")
     work = tmp_path / "lab"
-    work.mkdir()
+    # Inside the server's root: the results viewer reads the questions a manifest names only there (issue 46).
+    qa = _hostile_qa(fab_bench_dir, work / "qa")
     settings = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')  # no news prompt

@@ -330,3 +330,30 @@ def test_a_cut_line_in_a_raters_file_is_reported_once_naming_the_file_and_line(t
         assert store.ratings()["item_id"].tolist() == ["q1"]
     store.add("ana", "q2", {"accuracy": 2})
     assert sorted(store.ratings()["item_id"]) == ["q1", "q2"] and b'"sco\n' in path.read_bytes()
+
+
+@pytest.mark.parametrize("name, words", [
+    ("../../etc", "path separator"), ("a/b", "path separator"), ("a\\b", "path separator"),
+    ("x" * 300, "at most 80"), ("ana\tlima", "control character"), ("ana\nlima", "control character"),
+])
+def test_one_rule_for_rater_names_in_the_store_and_raters(tmp_path, name, words):
+    """Issue 46 item 9: --raters took '../../etc', 'a/b', 300 characters and names with a tab or newline (which
+    broke links.tsv: after a restart that rater got a new token and the link already sent stopped working)."""
+    from fabnb.access import AccessError, issue_links
+
+    with pytest.raises(RatingError, match=words):
+        RatingStore(tmp_path / "r").add(name, "GEN_001", {"accuracy": 3})
+    with pytest.raises(AccessError, match=f"--raters: .*{words}.*Nothing was written"):
+        issue_links(["ana", name], "http://127.0.0.2:8866/", tmp_path / "access")
+    assert not (tmp_path / "access" / "links.tsv").exists() and not list(tmp_path.rglob("*.jsonl"))
+
+
+def test_comments_are_capped_and_a_longer_one_is_refused_with_nothing_saved(tmp_path):
+    from fabnb.rating import MAX_COMMENT
+
+    store = RatingStore(tmp_path)
+    store.add("ana", "GEN_001", {"accuracy": 3}, comment="x" * MAX_COMMENT)
+    with pytest.raises(RatingError, match="2,000,000 characters is over the 10,000"):
+        store.add("ana", "GEN_001", {"accuracy": 4}, comment="y" * 2_000_000)
+    frame = store.ratings()
+    assert frame["score"].tolist() == [3] and frame["comment"].str.len().tolist() == [MAX_COMMENT]

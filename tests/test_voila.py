@@ -65,3 +65,33 @@ def test_refused_and_accepted_requests_leave_no_token_in_the_log(tmp_path):
     log = log_path.read_text(errors="replace")
     assert secret not in log, log
     assert log.count("token=[secret]") >= 4, log
+
+
+def test_one_kernel_per_rater_and_a_cap_for_the_server(tmp_path, monkeypatch):
+    """Item 6: every page load started a kernel that stayed (12 loads: 10 to 22 kernels, 2.4 GB). A rater's new
+    page replaces her old page's kernel; past the cap the next page is refused with 503 and a message."""
+    import asyncio
+
+    import pytest
+    from tornado import web
+
+    from fabnb.voila import RaterKernels
+
+    monkeypatch.setenv("FABNB_MAX_KERNELS", "2")
+
+    async def walk():
+        km = RaterKernels(connection_dir=str(tmp_path))
+        page = {**os.environ, "QUERY_STRING": "rater=ana&token=x"}
+        try:
+            first = await km.start_kernel(kernel_name="python3", env=page)
+            second = await km.start_kernel(kernel_name="python3", env=page)
+            assert km.list_kernel_ids() == [second] and first != second
+            await km.start_kernel(kernel_name="python3", env={**os.environ, "QUERY_STRING": ""})
+            with pytest.raises(web.HTTPError) as info:
+                await km.start_kernel(kernel_name="python3", env={**os.environ, "QUERY_STRING": "rater=ben"})
+            assert info.value.status_code == 503 and "at once" in info.value.log_message
+            assert len(km.list_kernel_ids()) == 2
+        finally:
+            await km.shutdown_all(now=True)
+
+    asyncio.run(walk())

@@ -255,8 +255,10 @@ def test_rating_app_view_asks_a_name_then_shows_only_the_panel(tmp_path, fab_ben
 
     write_manifests(assign(view.app.items, ["ben", "chen"], per_item=2), tmp_path / "manifests")
     gated = RatingAppView(RatingApp.from_folders(qa, tmp_path / "ratings", tmp_path / "manifests"))
-    assert gated.enter(HOSTILE) is None and "no assignment for" in gated.message.value
+    # (issue 46 item 9: the name rule now refuses it first, for its '/'; the refusal still quotes it as text)
+    assert gated.enter(HOSTILE) is None and "holds a path separator" in gated.message.value
     assert "<script>" not in gated.message.value and "&lt;script&gt;" in gated.message.value
+    assert gated.enter("zoe") is None and "no assignment for" in gated.message.value
 
     # From the environment, as Voilà's kernel gets it; a folder that cannot be used gives a page that says so.
     monkeypatch.setenv("FABNB_QA_DIR", str(qa))

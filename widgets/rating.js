@@ -95,10 +95,17 @@ function render({ model, el }) {
     if (model.get("anchors_source")) root.appendChild(h("div", "fabnb-anchors-source", model.get("anchors_source")));
 
     const comment = h("textarea", "fabnb-comment");
-    comment.placeholder = "Comment (saved when you leave the box)";
+    const limit = model.get("max_comment");
+    comment.placeholder = `Comment (saved when you leave the box; at most ${limit.toLocaleString()} characters)`;
+    comment.maxLength = limit;  // the store refuses a longer one: the box stops typing at the limit
     comment.value = model.get("comment");
+    const left = h("div", "fabnb-comment-count");
+    const count = () => { left.textContent = `${comment.value.length.toLocaleString()} / ${limit.toLocaleString()}`; };
+    comment.addEventListener("input", count);
     comment.addEventListener("change", () => send({ action: "comment", text: comment.value }));
+    count();
     root.appendChild(comment);
+    root.appendChild(left);
 
     const nav = h("div", "fabnb-nav");
     const buttons = [["◀ Previous (p)", "prev"], ["Next unrated (u)", "unrated"], ["Next (n) ▶", "next"],

@@ -35,6 +35,7 @@ fabnb.experiment.fields.ExperimentError: <dict>: unknown key 'sytems' at the top
 """
 
 from .config import (
+                     MAX_WINDOWS,
                      RANGES,
                      SYSTEM_KINDS,
                      ContextsSpec,
@@ -63,16 +64,29 @@ from .output import (
                      write_json,
                      write_manifest,
 )
-from .planning import PLAN_COLUMNS, PROBE_COLUMNS, Plan, plan, probe_endpoints
+from .planning import (
+                     CONFIRM_HOURS,
+                     CONFIRM_USD,
+                     PLAN_COLUMNS,
+                     PROBE_COLUMNS,
+                     PROBES_FILE,
+                     Plan,
+                     keep_probes,
+                     kept_probes,
+                     plan,
+                     probe_endpoints,
+)
 from .prices import PRICES, cost_of, price_of, price_text
 from .progress import MARKER, PROGRESS, RUN_STATES, ProgressFile, find_runs, read_progress, run_status, write_marker
 from .report import COVERAGE_COLUMNS, FEW_QUESTIONS, caveats, coverage, question_scores, write_report
-from .run import ExperimentRun, run_experiment
+from .run import ConfirmationNeeded, ExperimentRun, run_experiment
 
-__all__ = ["COVERAGE_COLUMNS", "FAILURE_COLUMNS", "FEW_QUESTIONS", "MARKER", "PLAN_COLUMNS", "PRICES", "PROBE_COLUMNS",
-           "PROGRESS", "RANGES", "RUN_STATES", "SYSTEM_KINDS", "TALLY_COLUMNS", "ContextsSpec", "CorpusSpec",
-           "Endpoint", "Experiment", "ExperimentError", "ExperimentRun", "JudgeSpec", "Plan", "ProgressFile",
-           "QuestionsSpec", "ReportSpec", "SystemKind", "SystemSpec", "adapter_settings", "caveats", "check_output",
-           "cost_of", "coverage", "failures", "find_runs", "plan", "price_of", "price_text", "prices_from_table",
-           "probe_endpoints", "question_scores", "read_manifest", "read_progress", "run_experiment", "run_status",
-           "spent", "stored", "stores", "tally", "write_json", "write_manifest", "write_marker", "write_report"]
+__all__ = ["CONFIRM_HOURS", "CONFIRM_USD", "COVERAGE_COLUMNS", "FAILURE_COLUMNS", "FEW_QUESTIONS", "MARKER",
+           "MAX_WINDOWS", "PLAN_COLUMNS", "PRICES", "PROBES_FILE", "PROBE_COLUMNS", "PROGRESS", "RANGES", "RUN_STATES",
+           "SYSTEM_KINDS", "TALLY_COLUMNS", "ConfirmationNeeded", "ContextsSpec", "CorpusSpec", "Endpoint",
+           "Experiment", "ExperimentError", "ExperimentRun", "JudgeSpec", "Plan", "ProgressFile", "QuestionsSpec",
+           "ReportSpec", "SystemKind", "SystemSpec", "adapter_settings", "caveats", "check_output", "cost_of",
+           "coverage", "failures", "find_runs", "keep_probes", "kept_probes", "plan", "price_of", "price_text",
+           "prices_from_table", "probe_endpoints", "question_scores", "read_manifest", "read_progress",
+           "run_experiment", "run_status", "spent", "stored", "stores", "tally", "write_json", "write_manifest",
+           "write_marker", "write_report"]

@@ -25,6 +25,7 @@ from ..judge.rubrics import RUBRIC_VERSION
 from ..schema import METRICS, TEST_TYPES
 from .fields import (
     _FIGURE_FORMATS,
+    MAX_WINDOWS,
     RANGES,
     ExperimentError,
     _check_range,
@@ -36,9 +37,9 @@ from .fields import (
 from .prices import price_of
 from .systems import SYSTEM_KINDS, Endpoint, SystemKind, SystemSpec, _systems, adapter_settings
 
-__all__ = ["RANGES", "SYSTEM_KINDS", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment", "ExperimentError",
-           "JudgeSpec", "QuestionsSpec", "ReportSpec", "SystemKind", "SystemSpec", "adapter_settings",
-           "prices_from_table"]
+__all__ = ["MAX_WINDOWS", "RANGES", "SYSTEM_KINDS", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment",
+           "ExperimentError", "JudgeSpec", "QuestionsSpec", "ReportSpec", "SystemKind", "SystemSpec",
+           "adapter_settings", "prices_from_table"]
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,24 @@ class QuestionsSpec:
         source = q.get("source", "fab-bench")
         if source != "fab-bench":
             source = _path(source, base or Path.cwd())
+            _check_questions_source(source, where, text)
         return cls(source, None if sample == "all" else int(sample), stratify, tuple(test_types))
+
+
+def _check_questions_source(source: str, where: str, text: str | None) -> None:
+    """A questions source is a folder of QA JSON files or one such regular file (``/dev/zero``, a pipe or a
+    device is refused here, before anything reads it)."""
+    import stat
+
+    path, line = Path(source), _line_of(text, "source")
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        raise ExperimentError(f"{where}: [questions] source = {source!r}{line} does not exist; name a folder of "
+                              "FAB-Bench-format QA JSON files, or \"fab-bench\" for the release.") from None
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+        raise ExperimentError(f"{where}: [questions] source = {source!r}{line} is not a regular file or a folder; "
+                              "name a folder of QA JSON files (or one such file).")
 
 
 @dataclass(frozen=True)
@@ -145,6 +163,10 @@ class ContextsSpec:
                 isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0 for w in windows):
             raise ExperimentError(f"{where}: [contexts] windows = {windows!r}{_line_of(text, 'windows')} must be "
                                   "\"paper\" or a list of positive window sizes in K tokens, e.g. [4, 8, 16].")
+        if len(windows) > MAX_WINDOWS:
+            raise ExperimentError(f"{where}: [contexts] windows{_line_of(text, 'windows')} lists {len(windows)} "
+                                  f"windows, over the {MAX_WINDOWS} one file may run (the paper runs 11); list "
+                                  "fewer, or split the study into several files.")
         _no_duplicates([float(w) for w in windows], "windows", "[contexts]", where, text)
         modes = tuple(ctx.get("modes", ["A"]))
         if not modes or set(modes) - {"A", "B"}:
@@ -294,6 +316,8 @@ class Experiment:
     report: ReportSpec = ReportSpec()
     prices: dict = field(default_factory=dict)
     budget_usd: float | None = None
+    confirm_usd: float | None = None  # None: fabnb.experiment.planning.CONFIRM_USD
+    confirm_hours: float | None = None  # None: fabnb.experiment.planning.CONFIRM_HOURS
     concurrency: int = 4
     seed: int = 0
     source_text: str = field(default="", repr=False, compare=False)
@@ -333,11 +357,13 @@ class Experiment:
         """
         import tomllib
 
+        from ..files import MAX_FILE_BYTES, FileRefused, read_text
+
         path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ExperimentError(f"cannot read the experiment file {path}: {exc.strerror}.") from None
+        try:  # a regular file of at most 1 MB, UTF-8 (a byte-order mark is dropped: TOML does not allow one)
+            text = read_text(path, setting="the experiment file", max_bytes=MAX_FILE_BYTES["experiment"])
+        except FileRefused as exc:
+            raise ExperimentError(f"cannot read the experiment file {path}: it {exc.reason}") from None
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
@@ -362,6 +388,8 @@ class Experiment:
                   report=ReportSpec.from_table(data.get("report", {}), where, text),
                   prices=prices_from_table(data.get("prices", {}), where, text),
                   budget_usd=None if data.get("budget_usd") is None else float(data["budget_usd"]),
+                  confirm_usd=None if data.get("confirm_usd") is None else float(data["confirm_usd"]),
+                  confirm_hours=None if data.get("confirm_hours") is None else float(data["confirm_hours"]),
                   concurrency=int(data.get("concurrency", 4)), seed=int(data.get("seed", 0)),
                   source_text=text or "", source=source)
         _check_framework_budgets(exp, where, text)
@@ -483,11 +511,27 @@ def _output(data: dict, where: str, base: Path, output, text: str | None = None)
     # An output given here (``fabnb run --out``) is relative to where the command runs; the file's own
     # ``output`` is relative to the file.
     out = Path(output).absolute() if output is not None else data.get("output")
-    if out is None:
-        raise ExperimentError(f"{where}: output = \"folder\" is required (answers, scores and the report go "
-                              "there).")
+    if out is None or not str(out).strip():
+        raise ExperimentError(f"{where}: output = \"folder\"{_line_of(text, 'output')} is required and may not be "
+                              "empty (answers, scores and the report go there); name a new folder.")
+    given = str(out)
     out = Path(out) if Path(out).is_absolute() else Path(os.path.normpath(base / out))
+    said = f"output = {given!r}{_line_of(text, 'output') if output is None else ' (--out)'}"
     if out.exists() and not out.is_dir():
-        raise ExperimentError(f"{where}: output = {str(out)!r}{_line_of(text, 'output')} is a file, not a folder; "
-                              "name a new or empty folder (the file is not touched).")
+        raise ExperimentError(f"{where}: {said} is a file, not a folder; name a new or empty folder (the file is "
+                              "not touched).")
+    if holds_other_files(out):
+        raise ExperimentError(f"{where}: {said} is {out}, a folder that holds other files and no fabnb "
+                              "manifest.json; name a new or empty folder (nothing there is touched).")
     return out
+
+
+def holds_other_files(folder: Path) -> bool:
+    """Whether ``folder`` exists and holds files that are not a fabnb run's: no ``manifest.json``, and more than
+    the lock, marker and log that a run started from JupyterLab writes before its manifest."""
+    if not folder.is_dir() or (folder / "manifest.json").exists():
+        return False
+    try:
+        return any(p.name not in (".fabnb.lock", "run.fabnb", "run.log") for p in folder.iterdir())
+    except OSError:
+        return True

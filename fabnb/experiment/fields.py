@@ -18,11 +18,12 @@ from pathlib import Path
 
 from ..errors import FabnbError
 
-__all__ = ["RANGES", "ExperimentError"]
+__all__ = ["MAX_WINDOWS", "RANGES", "ExperimentError"]
 
 _ENDPOINT_KEYS = {"model": str, "base_url": str, "base_url_env": str, "api_key_env": str, "max_retries": int}
 _SCHEMA: dict[str, dict] = {
     "": {"name": str, "output": str, "seed": int, "concurrency": int, "budget_usd": (int, float),
+         "confirm_usd": (int, float), "confirm_hours": (int, float),
          "questions": dict, "corpus": dict, "systems": list, "contexts": dict, "judge": dict, "prices": dict,
          "report": dict},
     "questions": {"source": str, "sample": (int, str), "stratify": list, "test_types": list},
@@ -64,33 +65,51 @@ _FIGURE_FORMATS = ("png", "svg", "pdf")
 
 _finite = math.isfinite
 
+#: The most context windows one file may list (the paper runs 11).
+MAX_WINDOWS = 64
+
 
 #: The allowed range of every numeric key, per table: (test, what is allowed). The file check applies it with the
 #: file, the line and the key; docs/experiment.md's "Ranges" table is this table (a test compares them).
+#: Every key has an upper bound as well as a lower one: a typo of a few zeros (10,000 windows, a million
+#: replicates, a 1e9 K window) would otherwise plan millions of calls or send a whole corpus in each prompt. The
+#: bounds are generous: each is past any model, server or study of today (the longest context windows are 2M
+#: tokens; the paper runs 11 windows, 1 replicate, 512-token chunks), and examples/paper.toml is inside them.
 RANGES: dict[tuple[str, str], tuple] = {
-    ("", "concurrency"): (lambda v: v >= 1, ">= 1"),
-    ("", "budget_usd"): (lambda v: _finite(v) and v > 0, "> 0 and finite (dollars)"),
-    ("corpus", "chunk_size"): (lambda v: v >= 1, ">= 1 (tokens)"),
-    ("corpus", "chunk_overlap"): (lambda v: v >= 0, ">= 0 and < chunk_size (tokens)"),
-    ("corpus", "distractors"): (lambda v: v >= 0, ">= 0 (documents besides the questions' gold documents)"),
-    ("contexts", "windows"): (lambda v: _finite(v) and v > 0, "> 0 and finite (K tokens), no duplicates"),
-    ("contexts", "output_k"): (lambda v: _finite(v) and v > 0, "> 0 and finite (K tokens), or \"schedule\""),
-    ("contexts", "n_snippets"): (lambda v: v >= 1, ">= 1"),
-    ("contexts", "threshold"): (_finite, "finite"),
-    ("contexts", "temperature"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite"),
-    ("systems", "timeout"): (lambda v: _finite(v) and v > 0, "> 0 and finite (seconds)"),
-    ("systems", "max_retries"): (lambda v: v >= 0, ">= 0"),
-    ("judge", "replicates"): (lambda v: v >= 1, ">= 1"),
-    ("judge", "reason_chars"): (lambda v: v >= 1, ">= 1 (characters)"),
-    ("judge", "max_answer_tokens"): (lambda v: v >= 1, ">= 1 (tokens)"),
-    ("judge", "concurrency"): (lambda v: v >= 1, ">= 1"),
-    ("judge", "temperature"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite"),
-    ("judge", "n_ctx"): (lambda v: v >= 512, ">= 512 (tokens)"),
-    ("judge", "max_retries"): (lambda v: v >= 0, ">= 0"),
+    ("", "concurrency"): (lambda v: 1 <= v <= 256, "1 to 256 (calls in flight)"),
+    ("", "budget_usd"): (lambda v: _finite(v) and 0 < v <= 1_000_000, "> 0, finite and at most 1,000,000 (dollars)"),
+    ("", "seed"): (lambda v: 0 <= v < 2**32, "0 to 4,294,967,295 (numpy's seeds)"),
+    ("", "confirm_usd"): (lambda v: _finite(v) and 0 <= v <= 1_000_000,
+                          "0 to 1,000,000 (dollars; 0 asks before every run that costs anything)"),
+    ("", "confirm_hours"): (lambda v: _finite(v) and 0 <= v <= 10_000,
+                            "0 to 10,000 (hours; 0 asks before every run whose time is measured)"),
+    ("questions", "sample"): (lambda v: 1 <= v <= 1_000_000, "\"all\" or 1 to 1,000,000 (questions)"),
+    ("corpus", "chunk_size"): (lambda v: 1 <= v <= 32_768, "1 to 32,768 (tokens)"),
+    ("corpus", "chunk_overlap"): (lambda v: 0 <= v < 32_768, ">= 0 and < chunk_size (tokens)"),
+    ("corpus", "distractors"): (lambda v: 0 <= v <= 10_000_000,
+                                "0 to 10,000,000 (documents besides the questions' gold documents)"),
+    ("contexts", "windows"): (lambda v: _finite(v) and 0 < v <= 2048,
+                              "> 0, finite and at most 2048 (K tokens, 2M: the longest model context of today), "
+                              f"at most {MAX_WINDOWS} windows, no duplicates"),
+    ("contexts", "output_k"): (lambda v: _finite(v) and 0 < v <= 128, "> 0, finite and at most 128 (K tokens), or "
+                               "\"schedule\""),
+    ("contexts", "n_snippets"): (lambda v: 1 <= v <= 10_000, "1 to 10,000"),
+    ("contexts", "threshold"): (lambda v: _finite(v) and -1e6 <= v <= 1e6, "finite, -1e6 to 1e6"),
+    ("contexts", "temperature"): (lambda v: _finite(v) and 0 <= v <= 2, "0 to 2"),
+    ("systems", "timeout"): (lambda v: _finite(v) and 0 < v <= 86_400, "> 0, finite and at most 86,400 (seconds)"),
+    ("systems", "max_retries"): (lambda v: 0 <= v <= 20, "0 to 20"),
+    ("judge", "replicates"): (lambda v: 1 <= v <= 20, "1 to 20"),
+    ("judge", "reason_chars"): (lambda v: 1 <= v <= 100_000, "1 to 100,000 (characters)"),
+    ("judge", "max_answer_tokens"): (lambda v: 1 <= v <= 1_000_000, "1 to 1,000,000 (tokens)"),
+    ("judge", "concurrency"): (lambda v: 1 <= v <= 256, "1 to 256 (calls in flight)"),
+    ("judge", "temperature"): (lambda v: _finite(v) and 0 <= v <= 2, "0 to 2"),
+    ("judge", "n_ctx"): (lambda v: 512 <= v <= 2_097_152, "512 to 2,097,152 (tokens)"),
+    ("judge", "max_retries"): (lambda v: 0 <= v <= 20, "0 to 20"),
     ("judge", "workers"): (lambda v: 1 <= v <= 64, "1 to 64 (processes)"),
     ("report", "bootstrap"): (lambda v: 100 <= v <= 100_000, "100 to 100,000 (bootstrap draws)"),
-    ("prices", "input"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite (dollars per million tokens)"),
-    ("prices", "output"): (lambda v: _finite(v) and v >= 0, ">= 0 and finite (dollars per million tokens)"),
+    ("report", "seed"): (lambda v: 0 <= v < 2**32, "0 to 4,294,967,295 (numpy's seeds)"),
+    ("prices", "input"): (lambda v: _finite(v) and 0 <= v <= 10_000, "0 to 10,000 (dollars per million tokens)"),
+    ("prices", "output"): (lambda v: _finite(v) and 0 <= v <= 10_000, "0 to 10,000 (dollars per million tokens)"),
 }
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from .. import __version__
-from .config import Experiment, ExperimentError
+from .config import Experiment, ExperimentError, holds_other_files
 from .prices import cost_of
 
 __all__ = ["FAILURE_COLUMNS", "TALLY_COLUMNS", "check_output", "failures", "read_manifest", "spent", "stored",
@@ -105,7 +105,7 @@ def check_output(exp: Experiment, moved=()) -> dict | None:
     manifest = read_manifest(out) if out.exists() else None
     if manifest is None:
         # The lock, and the marker and log a run started from JupyterLab writes before its manifest, are a run's own.
-        if out.exists() and any(p.name not in (".fabnb.lock", "run.fabnb", "run.log") for p in out.iterdir()):
+        if holds_other_files(out):
             raise ExperimentError(f"the output folder {out} holds files but no fabnb manifest.json; choose an empty "
                                   "or new folder (nothing there is touched).")
         return None

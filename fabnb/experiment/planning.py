@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import pandas as pd
 
@@ -24,12 +25,20 @@ from .config import Experiment
 from .output import stores
 from .prices import cost_of, price_of, price_text
 
-__all__ = ["PLAN_COLUMNS", "PROBE_COLUMNS", "Plan", "plan", "probe_endpoints"]
+__all__ = ["CONFIRM_HOURS", "CONFIRM_USD", "PLAN_COLUMNS", "PROBES_FILE", "PROBE_COLUMNS", "Plan", "keep_probes",
+           "kept_probes", "plan", "probe_endpoints"]
 
 PLAN_COLUMNS = ["system", "model", "stage", "calls", "done", "todo", "prompt_tokens", "completion_tokens",
                 "cost_usd", "price", "seconds"]
 PROBE_COLUMNS = ["endpoint", "model_reported", "latency_s", "completion_tokens", "prompt_latency_s", "prompt_tokens",
                  "error", "s_per_completion_token", "s_per_prompt_token"]
+#: The one confirmation threshold: a plan whose cost to do passes this many dollars (with no ``budget_usd``), or
+#: whose time to do passes this many hours, does not start without a confirmation (``--yes``). An experiment file
+#: overrides each with ``confirm_usd`` / ``confirm_hours``.
+CONFIRM_USD = 50.0
+CONFIRM_HOURS = 2.0
+#: Where a run folder keeps its probes (:func:`keep_probes`): a rerun against the same endpoint sends none.
+PROBES_FILE = "probes.json"
 _PROBE_TEXT = " ".join(["A wafer is a thin slice of semiconductor used to make integrated circuits."] * 40)
 
 
@@ -70,6 +79,33 @@ class Plan:
         costs = self.table["cost_usd"]
         return None if costs.isna().any() else float(costs.sum())
 
+    @property
+    def total_seconds(self) -> float | None:
+        secs = self.table["seconds"]
+        return None if secs.isna().any() else float(secs.sum())
+
+    def confirmation(self, exp: Experiment) -> str | None:
+        """Why this plan must be confirmed before it starts, or None.
+
+        A plan asks when its cost to do passes ``confirm_usd`` (default :data:`CONFIRM_USD`), unless
+        ``budget_usd`` is set (the run stops before the budget), or its time to do passes ``confirm_hours``
+        (default :data:`CONFIRM_HOURS`). An unknown cost or time asks nothing of its own.
+        """
+        usd = CONFIRM_USD if exp.confirm_usd is None else exp.confirm_usd
+        hours = CONFIRM_HOURS if exp.confirm_hours is None else exp.confirm_hours
+        over = []
+        cost, secs = self.total_cost, self.total_seconds
+        if cost is not None and cost > usd and exp.budget_usd is None:
+            over.append(f"costs about ${cost:,.2f}, over the ${usd:,.2f} that asks first")
+        if secs is not None and secs > hours * 3600:
+            over.append(f"takes about {_duration(secs)}, over the {hours:g} h that asks first")
+        if not over:
+            return None
+        return (f"this plan ({int(self.table['todo'].sum()):,} calls to do) " + " and ".join(over) + ". Nothing "
+                "was asked. Read the plan above; to go on, run it again with --yes (fabnb run FILE --yes, %fabnb "
+                "run FILE --yes, or Run in JupyterLab and confirm), or set budget_usd to cap the spending, or raise "
+                "confirm_usd / confirm_hours in the file.")
+
     def render(self) -> str:
         t = self.table.copy()
         t["cost_usd"] = [("unknown" if pd.isna(c) else f"${c:,.4f}") for c in t["cost_usd"]]
@@ -93,7 +129,8 @@ class Plan:
                 f"{r.endpoint}: " + (f"error {r.error}" if r.error else
                                      f"{r.model_reported} wrote {r.completion_tokens} tokens in {r.latency_s:.2f} s"
                                      + (f", read {r.prompt_tokens} in {r.prompt_latency_s:.2f} s" if r.prompt_tokens
-                                        else ""))
+                                        else "")
+                                     + (f" (kept from {r.measured})" if getattr(r, "kept", False) else ""))
                 for r in self.probes.itertuples()))
         return "\n".join(lines)
 
@@ -128,32 +165,85 @@ def _probe_adapter(exp: Experiment, system) -> dict:
             "prompt_tokens": 0}
 
 
-def probe_endpoints(exp: Experiment, built: dict) -> pd.DataFrame:
+def kept_probes(folder: Path) -> pd.DataFrame:
+    """The probes kept in a run folder (:data:`PROBES_FILE`): :data:`PROBE_COLUMNS` and ``measured`` (when), one
+    row per endpoint identity; empty when there is none, or it cannot be read (then the endpoints are probed)."""
+    import json
+
+    from ..files import FileRefused, read_text
+
+    try:
+        data = json.loads(read_text(Path(folder) / PROBES_FILE, setting="the kept probes", max_bytes=1024 * 1024))
+    except (FileRefused, ValueError):
+        data = None
+    rows = data.get("probes") if isinstance(data, dict) else None
+    if not isinstance(rows, list):
+        return pd.DataFrame(columns=[*PROBE_COLUMNS, "measured"])
+    frame = pd.DataFrame([r for r in rows if isinstance(r, dict) and isinstance(r.get("endpoint"), str)],
+                         columns=[*PROBE_COLUMNS, "measured"])
+    return frame.drop_duplicates("endpoint", keep="last").reset_index(drop=True)
+
+
+def keep_probes(folder: Path, probes: pd.DataFrame) -> None:
+    """Keep the probes that answered in the run folder, beside those kept before (a newer one replaces an older
+    one of the same endpoint identity). A failed probe is not kept: the next run probes that endpoint again."""
+    from .output import json_records, write_json
+
+    fresh = probes[~probes["error"].astype(bool)] if len(probes) else probes
+    fresh = fresh[fresh["measured"].notna()] if "measured" in fresh else fresh.iloc[0:0]
+    if not len(fresh):
+        return
+    fresh = fresh.drop(columns=["kept"], errors="ignore")
+    merged = pd.concat([kept_probes(folder), fresh], ignore_index=True).drop_duplicates("endpoint", keep="last")
+    write_json(Path(folder) / PROBES_FILE, {"probes": json_records(merged.reset_index(drop=True))}, indent=1)
+
+
+def probe_endpoints(exp: Experiment, built: dict, only=None, kept: pd.DataFrame | None = None) -> pd.DataFrame:
     """One small call per endpoint (``built``: the systems by name): what model the server reports, and its speed.
+
+    Parameters
+    ----------
+    only : set of str, optional
+        The endpoint identities to measure (those with calls still to do); None: every endpoint.
+    kept : DataFrame, optional
+        :func:`kept_probes` of the run folder: an endpoint found there is not called again; its kept row is used
+        (``measured`` says when).
 
     Returns
     -------
     DataFrame
-        :data:`PROBE_COLUMNS`; a failed probe has its cause in ``error`` and NaN speeds.
+        :data:`PROBE_COLUMNS` and ``measured`` (the time of the measurement: now, or when it was kept); a failed
+        probe has its cause in ``error`` and NaN speeds.
     """
+    import datetime as dt
+
     rows, seen = [], set()
+    kept = kept if kept is not None else pd.DataFrame(columns=[*PROBE_COLUMNS, "measured"])
+    known = {r["endpoint"]: r for r in kept.to_dict("records")}
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     targets = [(s.endpoint, s, built.get(s.name)) for s in exp.systems] + [(exp.judge, None, None)]
     for ep, spec, system in targets:
         ident = ep.identity() if spec is None else spec.identity()
-        if ident in seen:
+        if ident in seen or (only is not None and ident not in only):
             continue
         seen.add(ident)
+        if ident in known:  # measured on an earlier run of this folder, against the same endpoint
+            rows.append({k: known[ident].get(k) for k in PROBE_COLUMNS[:-2]}
+                        | {"measured": known[ident]["measured"], "kept": True})
+            continue
         try:
             if spec is None or spec.uses_endpoint:
                 row = _probe_llm(exp, ep, judge=spec is None)
             else:
                 row = _probe_adapter(exp, system)
-            rows.append({"endpoint": ident, **row, "error": ""})
+            rows.append({"endpoint": ident, **row, "error": "", "measured": now, "kept": False})
         except FabnbError as exc:
             rows.append({"endpoint": ident, "model_reported": "", "latency_s": float("nan"), "completion_tokens": 0,
                          "prompt_latency_s": float("nan"), "prompt_tokens": 0,
-                         "error": f"{getattr(exc, 'cause', 'error')}: {str(exc)[:160]}"})
-    frame = pd.DataFrame(rows, columns=PROBE_COLUMNS[:-2])
+                         "error": f"{getattr(exc, 'cause', 'error')}: {str(exc)[:160]}", "measured": now,
+                         "kept": False})
+    frame = pd.DataFrame(rows, columns=[*PROBE_COLUMNS[:-2], "measured", "kept"])
+    frame["error"] = frame["error"].fillna("").astype(str)
     frame["s_per_completion_token"] = frame["latency_s"] / frame["completion_tokens"].where(
         frame["completion_tokens"] > 0)
     frame["s_per_prompt_token"] = (frame["prompt_latency_s"] / frame["prompt_tokens"].where(
@@ -273,7 +363,10 @@ def _judge_estimates(exp: Experiment, questions: pd.DataFrame, answers: pd.DataF
 
 
 def _seconds(prompt_tokens: float, completion_tokens: float, rate: tuple | None, concurrency: int) -> float | None:
-    """Time of the calls from the probes' seconds per prompt token and per completion token."""
+    """Time of the calls from the probes' seconds per prompt token and per completion token (0 with nothing to do:
+    such an endpoint is not probed)."""
+    if not prompt_tokens and not completion_tokens:
+        return 0.0
     if rate is None or any(pd.isna(r) for r in rate):
         return None
     per_prompt, per_completion = rate
@@ -331,6 +424,14 @@ def _judge_row(exp: Experiment, spec, judged: pd.DataFrame, speed: dict, max_cal
             "seconds": _seconds(p_tok, c_tok, speed.get(exp.judge.identity()), conc)}
 
 
+def _endpoints_to_do(exp: Experiment, answers: pd.DataFrame, judged: pd.DataFrame) -> set:
+    """The endpoint identities that still have calls to make: only they are worth a probe."""
+    todo = {spec.identity() for spec in exp.systems if (~answers.loc[answers["system"] == spec.name, "done"]).any()}
+    if ((judged["calls"] - judged["done_calls"]) > 0).any():
+        todo.add(exp.judge.identity())
+    return todo
+
+
 def plan(exp: Experiment, probe: bool = False, _cache: dict | None = None) -> Plan:
     """Count every call the experiment makes, and estimate its tokens, cost and time.
 
@@ -369,7 +470,9 @@ def plan(exp: Experiment, probe: bool = False, _cache: dict | None = None) -> Pl
         cache["chunks"] = exp.chunks(questions=questions)
     answers = _answer_estimates(exp, questions, cache["chunks"], exp.configs())
     answers, judged = _mark_done(exp, answers, _judge_estimates(exp, questions, answers))
-    probes = probe_endpoints(exp, cache.get("built", {})) if probe else pd.DataFrame(columns=PROBE_COLUMNS)
+    probes = (probe_endpoints(exp, cache.get("built", {}), only=_endpoints_to_do(exp, answers, judged),
+                              kept=kept_probes(exp.output))
+              if probe else pd.DataFrame(columns=[*PROBE_COLUMNS, "measured"]))
     speed = {r.endpoint: (r.s_per_prompt_token, r.s_per_completion_token) for r in probes.itertuples()}
     rows, max_call = [], {}
     for spec in exp.systems:

@@ -33,11 +33,11 @@ from .output import (
     versions,
     write_manifest,
 )
-from .planning import Plan, plan
+from .planning import Plan, keep_probes, plan
 from .progress import ProgressFile, write_marker
 from .report import _write_report
 
-__all__ = ["ExperimentRun", "run_experiment"]
+__all__ = ["ConfirmationNeeded", "ExperimentRun", "run_experiment"]
 
 
 @dataclass
@@ -134,7 +134,7 @@ def _judge_stage(exp: Experiment, questions: pd.DataFrame, plan_: Plan, bar) -> 
 
 
 def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe: bool = True,
-                   progress: bool = True, echo=print, endpoint_moved=()) -> ExperimentRun:
+                   progress: bool = True, echo=print, endpoint_moved=(), yes: bool = False) -> ExperimentRun:
     """Run (or, with ``dry_run``, plan) an experiment into its output folder.
 
     Stages: answers (:func:`fabnb.rag.run_grid`), judge scores
@@ -157,6 +157,9 @@ def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe
     endpoint_moved : iterable of str
         Systems (or ``"judge"``) whose server moved to a new address but is the same server (the same model):
         the folder's cells stay theirs, and the move is recorded in the manifest.
+    yes : bool
+        Start a plan above the confirmation threshold (:meth:`Plan.confirmation`: $50 or 2 h by default);
+        without it such a plan raises :class:`ConfirmationNeeded` before any call.
 
     Returns
     -------
@@ -178,17 +181,22 @@ def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe
     exp.check_environment()
     moved = tuple(endpoint_moved)
     if dry_run:
-        return _run(exp, dry_run, probe, progress, echo, moved)
+        return _run(exp, dry_run, probe, progress, echo, moved, yes)
     try:
         exp.output.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ExperimentError(f"{exp.source}: output = {str(exp.output)!r} cannot be made a folder "
                               f"({exc.strerror or exc}); name a folder you can write to.") from None
     with hold(exp.output, f"the experiment {exp.name!r}"):  # one run per folder: a second is refused at once
-        return _run(exp, dry_run, probe, progress, echo, moved)
+        return _run(exp, dry_run, probe, progress, echo, moved, yes)
 
 
-def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo, moved: tuple) -> ExperimentRun:
+class ConfirmationNeeded(ExperimentError):
+    """A plan above the confirmation threshold, started without ``yes``: nothing was asked."""
+
+
+def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo, moved: tuple,
+         yes: bool = False) -> ExperimentRun:
     old = check_output(exp, moved)
     questions = exp.questions()
     documents = exp.documents(questions)
@@ -216,6 +224,9 @@ def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo, move
                                                            for r in down.itertuples())
                               + ". Nothing was asked. Start the server or fix base_url / base_url_env and the key, "
                               "then run again (--no-probe skips the probe and records each failed cell instead).")
+    reason = None if yes else plan_.confirmation(exp)
+    if reason:
+        raise ConfirmationNeeded(f"{exp.source}: {reason}")
 
     out = exp.output
     out.mkdir(parents=True, exist_ok=True)
@@ -226,6 +237,7 @@ def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo, move
                                                   for n in moved}
     write_manifest(out, manifest)
     write_marker(out, exp.name, exp.source)
+    keep_probes(out, plan_.probes)  # a rerun against the same endpoints reads these rates and sends no probe
 
     def save(status: str, held: tuple | None = None) -> pd.DataFrame:
         t = tally(exp, questions, held)

@@ -29,7 +29,8 @@ from pathlib import Path
 
 from ..errors import FabnbError
 
-__all__ = ["ApiError", "Results", "confine", "doctor", "new_experiment", "plan", "rate_page", "runs"]
+__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "ApiError", "Results", "confine", "doctor", "loads", "new_experiment",
+           "plan", "rate_page", "runs", "text_field"]
 
 #: Filters the results viewer may send (:meth:`fabnb.explorer.Explorer.filter`'s keys), and how each is read.
 _FILTER_TYPES = {"system": str, "model": str, "context_k": float, "mode": str, "test_type": str,
@@ -40,16 +41,16 @@ _FILTER_TYPES = {"system": str, "model": str, "context_k": float, "mode": str, "
 class ApiError(FabnbError):
     """A request the server refuses: ``status`` is the HTTP status, the message says why and what to do."""
 
-    def __init__(self, message: str, status: int = 400):
+    def __init__(self, message: str, status: int = 400, **extra):
         super().__init__(message)
-        self.status = status
+        self.status, self.extra = status, extra  # extra: more fields of the answer (confirm=True, say)
 
 
 def confine(root: str | Path, rel: str, must_exist: bool = True) -> Path:
     """``rel`` resolved inside ``root`` (symbolic links followed); :class:`ApiError` outside it or missing."""
     root = Path(root).resolve()
-    if not isinstance(rel, str) or "\x00" in rel:
-        raise ApiError(f"{rel!r} is not a path; name a path inside the server's root.")
+    if not isinstance(rel, str) or "\x00" in rel or len(rel) > 4096:
+        raise ApiError(f"{str(rel)[:80]!r} is not a path; name a path inside the server's root.")
     path = (root / rel.lstrip("/") if not os.path.isabs(rel) else Path(rel)).resolve()
     if path != root and root not in path.parents:
         raise ApiError(f"{rel!r} is outside the server's root; name a path inside it.", 403)
@@ -94,7 +95,8 @@ def plan(root: str | Path, rel: str) -> dict:
         ok (False: ``error`` is the file/line/key message), text (the plan as the CLI prints it), rows (its
         table), output (the run's folder, relative to the root, or None when it is outside), missing_env (the
         environment variables this server lacks, which a run started from here needs), running (the holder
-        of the output folder when a run holds it).
+        of the output folder when a run holds it), confirm (why the run must be confirmed before it starts,
+        :meth:`fabnb.experiment.Plan.confirmation`, or None).
     """
     from ..experiment import Experiment, run_experiment
     from ..experiment.output import json_records
@@ -119,7 +121,8 @@ def plan(root: str | Path, rel: str) -> dict:
         run = run_experiment(exp, dry_run=True, probe=False, progress=False, echo=said.append)
     except FabnbError as exc:
         return {"ok": False, **base, "error": str(exc)}
-    return {"ok": True, **base, "text": "\n".join(said), "rows": json_records(run.plan.table.drop(columns=["price"]))}
+    return {"ok": True, **base, "text": "\n".join(said), "rows": json_records(run.plan.table.drop(columns=["price"])),
+            "confirm": run.plan.confirmation(exp)}
 
 
 def doctor() -> list[dict]:
@@ -175,10 +178,13 @@ def _filters(query: dict) -> dict:
         if raw in ("", None):
             continue
         kind = _FILTER_TYPES[key]
+        if not isinstance(raw, (str, int, float, bool)):
+            raise ApiError(f"filter {key} must be one value (a string, a number or true/false), not a "
+                           f"{type(raw).__name__}.")
         try:
             out[key] = (raw in ("1", "true", "True", True)) if kind is bool else kind(raw)
         except ValueError:
-            raise ApiError(f"filter {key}={raw!r} is not a {kind.__name__}.") from None
+            raise ApiError(f"filter {key}={str(raw)[:80]!r} is not a {kind.__name__}.") from None
     return out
 
 
@@ -318,12 +324,59 @@ class Results:
         return _page(table, page, self.page_size)
 
 
+#: The largest request body or JSON argument the routes read, and the deepest nesting of one (a real request is
+#: a few hundred bytes, two levels deep).
+MAX_BODY_BYTES = 1024 * 1024
+MAX_DEPTH = 64
+
+
+def _depth(text: str) -> int:
+    """How deep the brackets of a JSON text nest (outside strings), read without parsing it."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
 def loads(text: str | None, what: str) -> dict:
-    """A request's JSON object argument; :class:`ApiError` naming it when it is not one."""
+    """A request's JSON object argument; :class:`ApiError` naming it when it is not one, is larger than
+    :data:`MAX_BODY_BYTES` or nests deeper than :data:`MAX_DEPTH`."""
+    text = text or "{}"
+    if len(text) > MAX_BODY_BYTES:
+        raise ApiError(f"{what} holds {len(text):,} characters, over the {MAX_BODY_BYTES:,} a request may send.", 413)
+    if _depth(text) > MAX_DEPTH:
+        raise ApiError(f"{what} nests deeper than {MAX_DEPTH} levels; send a flat JSON object.")
     try:
-        value = json.loads(text or "{}")
+        value = json.loads(text)
     except ValueError:
         raise ApiError(f"{what} is not JSON; send a JSON object.") from None
     if not isinstance(value, dict):
         raise ApiError(f"{what} must be a JSON object, not {type(value).__name__}.")
+    return value
+
+
+def text_field(body: dict, key: str, what: str, default: str = "") -> str:
+    """A string field of a request's JSON body; :class:`ApiError` naming it when it is another type or longer than
+    4,096 characters (a path or a name: the value is never repeated whole in a message or a log)."""
+    value = body.get(key, default)
+    if value is None:
+        value = default
+    if not isinstance(value, str):
+        raise ApiError(f"{what}: {key} must be a string, not {type(value).__name__}.")
+    if len(value) > 4096:
+        raise ApiError(f"{what}: {key} holds {len(value):,} characters; a path or name has at most 4,096.")
     return value

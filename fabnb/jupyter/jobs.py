@@ -41,11 +41,12 @@ class Jobs:
         """The folders of this server's runs that are still running."""
         return {folder for folder, job in self._procs.items() if job["proc"].poll() is None}
 
-    def start(self, rel: str) -> dict:
+    def start(self, rel: str, yes: bool = False) -> dict:
         """Start ``fabnb run`` on the experiment file ``rel``; returns output (relative to the root) and pid.
 
         Refused (:class:`ApiError`): a file with an error (the plan's message), variables the server's
-        environment lacks, an output folder outside the root, a folder a run holds.
+        environment lacks, an output folder outside the root, a folder a run holds, a plan above the
+        confirmation threshold without ``yes`` (409; JupyterLab's Run asks and sends it again with yes).
         """
         from ..errors import FabnbError
         from ..experiment import Experiment
@@ -68,12 +69,14 @@ class Jobs:
             p = plan(self.root, rel)
             if not p["ok"]:
                 raise ApiError(p["error"], 422)
+            if p.get("confirm") and not yes:  # the one threshold: JupyterLab's Run asks, then sends yes
+                raise ApiError(f"{rel}: {p['confirm']}", 409, confirm=True)
             if p["output"] is None:
                 raise ApiError(f"{rel}: its output folder is outside the server's root; name one inside it to run "
                                "it from JupyterLab.", 422)
-            return self._spawn(path, out, rel, p["output"], exp.name)
+            return self._spawn(path, out, rel, p["output"], exp.name, yes)
 
-    def _spawn(self, path: Path, out: Path, rel: str, out_rel: str, name: str) -> dict:
+    def _spawn(self, path: Path, out: Path, rel: str, out_rel: str, name: str, yes: bool = False) -> dict:
         from ..experiment.progress import write_marker
         from ..process import start_process
 
@@ -81,7 +84,8 @@ class Jobs:
         write_marker(out, name, str(path))  # the sidebar shows the run while it starts (its model, its corpus)
         log = open(out / "run.log", "ab")
         try:
-            proc = start_process([sys.executable, "-m", "fabnb.cli", "run", str(path), "--no-progress"],
+            proc = start_process([sys.executable, "-m", "fabnb.cli", "run", str(path), "--no-progress",
+                                  *(["--yes"] if yes else [])],
                                  env=self.env, cwd=path.parent, stdout=log)
         finally:
             log.close()

@@ -2,8 +2,8 @@
 
 ========================================  ===================================================
 ``%fabnb doctor``                         what works on this machine (``fabnb doctor``)
-``%fabnb run FILE [--dry-run]``           an experiment: the plan, the run with its progress bar
-``%%fabnb run [--dry-run]``               the same, the cell body being the experiment's TOML
+``%fabnb run FILE [--dry-run] [--yes]``   an experiment: the plan, the run with its progress bar
+``%%fabnb run [--dry-run] [--yes]``       the same, the cell body being the experiment's TOML
 ``%fabnb results DIR``                    the results explorer of a run's folder
 ``%fabnb rate --qa DIR --ratings DIR``    the rating app
 ========================================  ===================================================
@@ -16,7 +16,7 @@ folder (the kernel's working directory).
 Examples
 --------
 >>> parse("run examples/offline.toml --dry-run")
-Namespace(command='run', file='examples/offline.toml', dry_run=True, no_probe=False, qa=None, ratings=None)
+Namespace(command='run', file='examples/offline.toml', dry_run=True, no_probe=False, yes=False, qa=None, ratings=None)
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from pathlib import Path
 
 __all__ = ["load_ipython_extension", "parse", "run_cell"]
 
-_USAGE = ("%fabnb doctor | %fabnb run FILE [--dry-run] [--no-probe] | %%fabnb run [--dry-run] (the cell is the "
-          "TOML) | %fabnb results DIR | %fabnb rate [--qa DIR] [--ratings DIR]")
+_USAGE = ("%fabnb doctor | %fabnb run FILE [--dry-run] [--no-probe] [--yes] | %%fabnb run [--dry-run] [--yes] (the "
+          "cell is the TOML) | %fabnb results DIR | %fabnb rate [--qa DIR] [--ratings DIR]")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,6 +43,7 @@ def parse(line: str) -> argparse.Namespace:
     p.add_argument("file", nargs="?")
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--no-probe", action="store_true")
+    p.add_argument("--yes", action="store_true")  # start a plan above the confirmation threshold
     p.add_argument("--qa")
     p.add_argument("--ratings")
     return p.parse_args(shlex.split(line))
@@ -85,7 +86,7 @@ def run_cell(args: argparse.Namespace, cell: str | None = None, cwd: str | Path 
         else:
             raise ValueError(f"%fabnb run needs an experiment file, or use %%fabnb run with the TOML in the cell. "
                              f"Usage: {_USAGE}")
-        return run_experiment(exp, dry_run=args.dry_run, probe=not args.no_probe, progress=True)
+        return run_experiment(exp, dry_run=args.dry_run, probe=not args.no_probe, progress=True, yes=args.yes)
     except KeyboardInterrupt:
         print("fabnb: stopped; what was answered is kept: run this cell again to resume.")
         return None

@@ -31,7 +31,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.application import ExtensionApp
 from tornado import web
 
-from .api import ApiError, Results, doctor, loads, new_experiment, plan, rate_page, runs
+from .api import MAX_BODY_BYTES, ApiError, Results, doctor, loads, new_experiment, plan, rate_page, runs, text_field
 from .jobs import Jobs
 
 __all__ = ["FabnbExtension", "ROUTES"]
@@ -51,12 +51,17 @@ class _Handler(APIHandler):
             result = await asyncio.get_running_loop().run_in_executor(None, fn, *args)
         except ApiError as exc:
             self.set_status(exc.status)
-            result, refused = {"error": str(exc)}, True
+            result, refused = {"error": str(exc), **exc.extra}, True
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(result, default=str))
         return None if refused else result
 
     def body(self) -> dict:
+        """The request's JSON object (:func:`fabnb.jupyter.api.loads`: size and nesting capped). Called inside
+        :meth:`answer`'s function, so a refusal is its status and message, never a 500 with the body in the log."""
+        if len(self.request.body) > MAX_BODY_BYTES:  # refused before it is decoded or parsed
+            raise ApiError(f"the request body holds {len(self.request.body):,} bytes, over the {MAX_BODY_BYTES:,} a "
+                           "request may send.", 413)
         return loads(self.request.body.decode("utf-8", "replace"), "the request body")
 
 
@@ -69,13 +74,14 @@ class RunsHandler(_Handler):
 
     @web.authenticated
     async def post(self):
-        await self.answer(lambda: self.settings["fabnb_jobs"].start(str(self.body().get("file", ""))))
+        await self.answer(lambda: self.settings["fabnb_jobs"].start(text_field(self.body(), "file", "runs"),
+                                                                    yes=self.body().get("yes") is True))
 
 
 class StopHandler(_Handler):
     @web.authenticated
     async def post(self):
-        await self.answer(lambda: self.settings["fabnb_jobs"].stop(str(self.body().get("path", ""))))
+        await self.answer(lambda: self.settings["fabnb_jobs"].stop(text_field(self.body(), "path", "runs/stop")))
 
 
 class PlanHandler(_Handler):
@@ -93,15 +99,14 @@ class DoctorHandler(_Handler):
 class NewHandler(_Handler):
     @web.authenticated
     async def post(self):
-        body = self.body()
-        await self.answer(lambda: {"file": new_experiment(self.root, str(body.get("folder", "")),
-                                                          str(body.get("name") or "experiment.toml"))})
+        await self.answer(lambda: {"file": new_experiment(self.root, text_field(self.body(), "folder", "new"),
+                                                          text_field(self.body(), "name", "new") or "experiment.toml")})
 
 
 class RateHandler(_Handler):
     @web.authenticated
     async def post(self):
-        await self.answer(lambda: {"file": rate_page(self.root, str(self.body().get("folder", "")))})
+        await self.answer(lambda: {"file": rate_page(self.root, text_field(self.body(), "folder", "rate"))})
 
 
 class SummaryHandler(_Handler):

@@ -21,7 +21,9 @@ export async function api<T = any>(endpoint: string, init: RequestInit = {}, que
     throw new Error(`fabnb's server extension answered ${response.status} with no JSON; check JupyterLab's log.`);
   }
   if (!response.ok) {
-    throw new Error(data.error || data.message || `fabnb's server extension answered ${response.status}.`);
+    // The answer's other fields go with the error (confirm: the run waits for the user's yes).
+    throw Object.assign(new Error(data.error || data.message || `fabnb's server extension answered ${response.status}.`),
+      { status: response.status, data });
   }
   return data as T;
 }

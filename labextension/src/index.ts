@@ -2,7 +2,7 @@
 // sidebar, the results viewer (double-click a run's run.fabnb), the rating app and the doctor in tabs.
 // Every panel is a view over fabnb's server extension; nothing here decides what a result means.
 import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
-import { ICommandPalette, MainAreaWidget, Notification, ToolbarButton } from '@jupyterlab/apputils';
+import { Dialog, ICommandPalette, MainAreaWidget, Notification, showDialog, ToolbarButton } from '@jupyterlab/apputils';
 import { PageConfig, URLExt } from '@jupyterlab/coreutils';
 import { ABCWidgetFactory, DocumentRegistry, DocumentWidget, IDocumentWidget } from '@jupyterlab/docregistry';
 import { IDefaultFileBrowser } from '@jupyterlab/filebrowser';
@@ -164,14 +164,33 @@ const plugin: JupyterFrontEndPlugin<void> = {
         if (!path) {
           return;
         }
-        try {
-          const r = await post('runs', { file: path });
+        const start = async (yes: boolean) => {
+          const r = await post('runs', { file: path, yes });
           started.add(r.output);
           Notification.info(`FAB-Bench run started: ${r.output}`, { autoClose: 4000 });
           shell.activateById(runs.id);
           await runs.refresh();
+        };
+        try {
+          await start(false);
         } catch (error) {
           await showPlan(path);
+          if ((error as any).data?.confirm) {
+            // Above the one confirmation threshold (cost or time): the server says why; the user decides.
+            const answer = await showDialog({
+              title: 'Start this run?',
+              body: (error as Error).message,
+              buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Run it' })]
+            });
+            if (answer.button.accept) {
+              try {
+                await start(true);
+              } catch (again) {
+                Notification.error(`Run refused: ${(again as Error).message}`, { autoClose: false });
+              }
+            }
+            return;
+          }
           Notification.error(`Run refused: ${(error as Error).message}`, { autoClose: false });
         }
       }
