@@ -27,7 +27,7 @@ os.environ.setdefault("FABNB_CACHE_DIR", str(ROOT / ".pytest_cache" / "fabnb-cac
 
 #: Docstring examples that start a model (the embedded llama.cpp server, or MiniLM): the ``model`` marker
 #: keeps them out of the fast lane; the whole suite (CI) runs them.
-MODEL_DOCTESTS = {"fabnb.local", "fabnb.rag.system.ReferenceRAG", "fabnb.judge.geval.score_one",
+MODEL_DOCTESTS = {"fabnb.models.local", "fabnb.rag.system.ReferenceRAG", "fabnb.judge.geval.score_one",
                   "fabnb.rag.retrievers.minilm_embedder"}
 
 

@@ -7,7 +7,7 @@ after the other, in this process:
 
 - ``plain httpx``: ``openai.AsyncOpenAI`` (its default httpx transport) and a semaphore;
 - ``plain aiohttp``: the same with ``http_client=openai.DefaultAioHttpClient()``;
-- ``fabnb LLM.map``: the layer every stage calls (``fabnb.llm.LLM``, no cache), the answer
+- ``fabnb LLM.map``: the layer every stage calls (``fabnb.models.llm.LLM``, no cache), the answer
   stage's path without the retrieval;
 - ``fabnb judge``: ``judge_results`` on N / 6 answers x six metrics (DeepEval's G-Eval with
   logprob weighting, the score store, no response cache).
@@ -36,9 +36,9 @@ os.environ.setdefault("DEEPEVAL_NO_INSPECT_PROMPT", "1")
 
 import pandas as pd  # noqa: E402
 
+from fabnb.core.schema import METRICS  # noqa: E402
 from fabnb.judge import judge_results, logprobs_supported, score_store  # noqa: E402
-from fabnb.llm import LLM  # noqa: E402
-from fabnb.schema import METRICS  # noqa: E402
+from fabnb.models.llm import LLM  # noqa: E402
 
 from common import JUDGE_SERVER, server_process  # noqa: E402  (benchmarks/common.py)
 

@@ -38,8 +38,8 @@ def generate(n_tokens: int, folder: Path, seed: int = 0) -> dict:
     """Write a corpus of about ``n_tokens`` tokens to ``folder`` (one text file per document)."""
     import numpy as np
 
-    from fabnb.corpus import tokenizer
-    from fabnb.terms import KnowledgeBase
+    from fabnb.corpus.collection import tokenizer
+    from fabnb.corpus.terms import KnowledgeBase
 
     rng = np.random.default_rng(seed)
     syllables = ["ka", "to", "ri", "men", "sol", "var", "di", "tec", "lo", "pha", "ne", "gra", "stru", "quin",
@@ -82,9 +82,9 @@ def run_one(folder: Path, seeds: int, dask_workers: int = 0) -> dict:
     """One measurement in this (fresh) process: load, chunk, TF-IDF, links; peak RSS after each stage."""
     import numpy as np
 
-    from fabnb.corpus import chunk_corpus, load_corpus
-    from fabnb.synthesis import THETA_LINK
-    from fabnb.vectors import neighbours, vectorize
+    from fabnb.corpus.collection import chunk_corpus, load_corpus
+    from fabnb.corpus.synthesis import THETA_LINK
+    from fabnb.corpus.vectors import neighbours, vectorize
 
     warnings.simplefilter("ignore")
     # scikit-learn's text module imported before any clock starts: the TF-IDF ratio compares the work,
@@ -113,7 +113,7 @@ def run_one(folder: Path, seeds: int, dask_workers: int = 0) -> dict:
         vectors = vectorize(chunks)
     else:
         # The Dask way out: chunking and TF-IDF on the workers in one go; the texts stay there.
-        from fabnb.vectors import vectorize_corpus
+        from fabnb.corpus.vectors import vectorize_corpus
 
         chunks, vectors = vectorize_corpus(corpus, text=False)
         del corpus

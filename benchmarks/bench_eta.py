@@ -32,7 +32,7 @@ def main() -> None:
 
     import numpy as np
 
-    import fabnb.llm
+    import fabnb.models.llm
     from fabnb.experiment import Experiment, run, run_experiment
 
     exp = Experiment.from_file(args.file, output=scratch / "out")
@@ -52,8 +52,8 @@ def main() -> None:
                 took[stage] = time.perf_counter() - t
         return wrapper
 
-    add = fabnb.llm._Usage.add
-    fabnb.llm._Usage.add = lambda self, **r: (calls.append({**r, "stage": current[0]}), add(self, **r))[1]
+    add = fabnb.models.llm._Usage.add
+    fabnb.models.llm._Usage.add = lambda self, **r: (calls.append({**r, "stage": current[0]}), add(self, **r))[1]
     run._answer_stage, run._judge_stage = timed("answers", run._answer_stage), timed("judge", run._judge_stage)
     start = time.perf_counter()
     result = run_experiment(exp, progress=False, echo=said.append)

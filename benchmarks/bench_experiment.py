@@ -151,9 +151,9 @@ def main() -> None:
         args.questions = '"all"'
     import pandas as pd
 
+    from fabnb.core.records import ResultsStore
     from fabnb.experiment import Experiment, plan, run_experiment
     from fabnb.judge import score_store
-    from fabnb.records import ResultsStore
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"delay {args.delay} s per call in a server process of its own; concurrency {args.concurrency}")

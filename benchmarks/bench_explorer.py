@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fabnb.schema import METRICS
-from fabnb.text import word_measures  # what the grid stores with each answer for the sanity flags
+from fabnb.core.schema import METRICS
+from fabnb.core.text import word_measures  # what the grid stores with each answer for the sanity flags
 
 PAPER_CONTEXTS = (4, 8, 10, 12, 14, 16, 18, 20, 24, 28, 32)
 
@@ -69,8 +69,8 @@ def main() -> None:
     args = parser.parse_args()
     import pandas as pd
 
-    from fabnb.explorer import Explorer
-    from fabnb.widgets import ResultsExplorer
+    from fabnb.views.explorer import Explorer
+    from fabnb.views.widgets import ResultsExplorer
 
     folder = Path(args.folder) if args.folder else Path(tempfile.mkdtemp(prefix="fabnb-bench-explorer-")) / "run"
     if not args.folder:

@@ -33,7 +33,7 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 import pandas as pd  # noqa: E402
 
-from fabnb.llm import LLM  # noqa: E402
+from fabnb.models.llm import LLM  # noqa: E402
 from fabnb.rag import FRAMEWORKS, FrameworkRAG, FrameworkSetup, RAGConfig, run_grid  # noqa: E402
 
 from common import TESTS, server_process  # noqa: E402  (benchmarks/common.py)

@@ -27,7 +27,7 @@ os.environ.setdefault("DEEPEVAL_NO_INSPECT_PROMPT", "1")
 import pandas as pd  # noqa: E402
 
 from fabnb.judge import geval_metric, judge_model, judge_results, logprobs_supported, score_store  # noqa: E402
-from fabnb.llm import LLM  # noqa: E402
+from fabnb.models.llm import LLM  # noqa: E402
 
 from common import JUDGE_SERVER, server_process  # noqa: E402  (benchmarks/common.py)
 

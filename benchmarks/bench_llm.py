@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from fabnb.llm import LLM, ResponseCache  # noqa: E402
+from fabnb.models.llm import LLM, ResponseCache  # noqa: E402
 
 from stub_openai import StubServer  # noqa: E402  (the scripted server of the test suite)
 

@@ -17,8 +17,8 @@ import os
 import statistics
 import time
 
-from fabnb.llm import LLM
-from fabnb.local import MODEL_ALIAS, LocalServer, build_report, cpu_name
+from fabnb.models.llm import LLM
+from fabnb.models.local import MODEL_ALIAS, LocalServer, build_report, cpu_name
 
 PROMPT = " ".join(["Plasma etching of silicon nitride uses fluorocarbon chemistry at low pressure."] * 80)
 

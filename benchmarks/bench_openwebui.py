@@ -39,8 +39,8 @@ from pathlib import Path
 import httpx
 import pandas as pd
 
+from fabnb.core.process import answers_http, free_port, start_process, stop_process, wait_ready
 from fabnb.experiment import Endpoint, Experiment
-from fabnb.process import answers_http, free_port, start_process, stop_process, wait_ready
 from fabnb.rag import ResultsStore, minilm_path, run_grid
 
 from common import TESTS  # noqa: E402  (benchmarks/common.py)

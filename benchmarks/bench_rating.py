@@ -26,11 +26,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fabnb.curation import CurationSession
-from fabnb.datasets import fab_bench_dir
-from fabnb.rating import RatingSession, RatingStore
-from fabnb.terms import KnowledgeBase
-from fabnb.widgets import QACurator, RatingPanel
+from fabnb.corpus.terms import KnowledgeBase
+from fabnb.data.datasets import fab_bench_dir
+from fabnb.qa.curation import CurationSession
+from fabnb.qa.rating import RatingSession, RatingStore
+from fabnb.views.widgets import QACurator, RatingPanel
 
 
 def timed(fn, n):

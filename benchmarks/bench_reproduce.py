@@ -25,8 +25,8 @@ def main() -> None:
                                     check=True).stdout) for _ in range(5)]
     print(f"import fabnb: median {1000 * statistics.median(imports):.1f} ms over 5 runs")
 
-    from fabnb.claims import check_claims
-    from fabnb.report import reproduce
+    from fabnb.analysis.claims import check_claims
+    from fabnb.analysis.reproduction import reproduce
 
     claims = []
     for _ in range(runs):

@@ -1,6 +1,6 @@
 """fabnb: a notebook-first research kit for adaptive RAG benchmarking.
 
-The package follows the FAB-Bench pipeline (arXiv 2605.26476), one module per stage; the
+The package follows the FAB-Bench pipeline (arXiv 2605.26476), one subpackage per layer; the
 map of modules is in the documentation (``docs/package.md``) and in :data:`_SUBMODULES`
 below, which ``tests/test_readme.py`` checks against the package and the docs.
 
@@ -14,14 +14,11 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("schema", "published", "datasets", "corpus", "terms", "vectors", "synthesis", "passages", "llm", "local",
-               "generation", "testcases", "documents", "curation", "access", "rating", "rag", "judge", "experiment",
-               "explorer", "study", "records", "widgets", "scores", "analysis", "intervals", "plots", "claims",
-               "report", "cli", "doctor", "errors", "stats", "paths", "process", "pages", "text", "tokens",
-               "jupyter", "exits", "files", "voila")
+_SUBMODULES = ("core", "corpus", "data", "models", "qa", "rag", "judge", "tester", "analysis", "experiment", "views",
+               "jupyter", "cli")
 
 
-from .errors import CausedError, FabnbError  # noqa: E402 - light: no third-party import
+from .core.errors import CausedError, FabnbError  # noqa: E402 - light: no third-party import
 
 __all__ = ["CausedError", "FabnbError", "__version__", *_SUBMODULES]
 
@@ -47,7 +44,7 @@ def load_ipython_extension(ipython) -> None:
 
 
 def __getattr__(name: str):
-    # Lazy submodules: `fabnb.analysis` works after a bare `import fabnb` without paying for it up front.
+    # Lazy submodules: `fabnb.analysis.curves` works after a bare `import fabnb` without paying for it up front.
     if name in _SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'fabnb' has no attribute {name!r}")

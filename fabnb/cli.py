@@ -15,7 +15,7 @@ loopback; without ``--serve`` it prints each rater's progress.
 ``fabnb doctor`` tells what works on this machine (exit status 1 when the default LLM
 cannot answer).
 
-Every command exits with a status of :data:`fabnb.exits.EXIT` (``fabnb --help`` lists them).
+Every command exits with a status of :data:`fabnb.core.exits.EXIT` (``fabnb --help`` lists them).
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ import sys
 import time
 
 from . import __version__
-from .exits import EXIT, table
+from .core.exits import EXIT, table
 
 __all__ = ['build_parser', 'console', 'main', 'run_exit']
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from .report import reproduce
-    from .scores import ScoreError, read_scores
+    from .analysis.reproduction import reproduce
+    from .core.scores import ScoreError, read_scores
 
     start = time.perf_counter()
     try:
@@ -56,9 +56,9 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .errors import FabnbError
+    from .core.errors import FabnbError
+    from .core.process import stop_on_signals
     from .experiment import ConfirmationNeeded, Experiment, run_experiment
-    from .process import stop_on_signals
 
     start = time.perf_counter()
     try:
@@ -82,7 +82,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def run_exit(run) -> int:
-    """The exit status of a finished run (:data:`fabnb.exits.EXIT`): ok only when every cell is stored."""
+    """The exit status of a finished run (:data:`fabnb.core.exits.EXIT`): ok only when every cell is stored."""
     if run.status == "stopped-by-budget":
         return EXIT["budget"]
     if run.status not in ("finished", "dry-run"):
@@ -91,8 +91,8 @@ def run_exit(run) -> int:
 
 
 def _rate(args: argparse.Namespace) -> int:
-    from .errors import FabnbError
-    from .rating import RatingApp, serve_app
+    from .core.errors import FabnbError
+    from .qa.rating import RatingApp, serve_app
 
     try:
         if args.serve:
@@ -112,8 +112,8 @@ def _rate(args: argparse.Namespace) -> int:
 
 
 def _explore(args: argparse.Namespace) -> int:
-    from .errors import FabnbError
-    from .explorer import serve_explorer
+    from .core.errors import FabnbError
+    from .views.explorer import serve_explorer
 
     try:
         return serve_explorer(args.folder, port=args.port)
@@ -123,8 +123,8 @@ def _explore(args: argparse.Namespace) -> int:
 
 
 def _serve_local(args: argparse.Namespace) -> int:
-    from .llm import LLMError
-    from .local import serve
+    from .models.llm import LLMError
+    from .models.local import serve
 
     try:
         serve(port=args.port, n_ctx=args.n_ctx)
@@ -135,7 +135,7 @@ def _serve_local(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from .doctor import check, default_llm_ok, render
+    from .views.doctor import check, default_llm_ok, render
 
     start = time.perf_counter()
     table = check(model=not args.no_model, endpoint=not args.no_model)
@@ -179,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     rate.add_argument("--serve", action="store_true", help="serve the app (Voilà) on 127.0.0.1 and print its URL")
     rate.add_argument("--qa", help="a folder of FAB-Bench-format QA files (default: the released 200 pairs)")
     rate.add_argument("--ratings", default="ratings", help="the raters' files (default: %(default)s)")
-    rate.add_argument("--manifests", help="a folder of rater assignments (fabnb.rating.write_manifests)")
+    rate.add_argument("--manifests", help="a folder of rater assignments (fabnb.qa.rating.write_manifests)")
     rate.add_argument("--port", type=int, help="port (default: a free one)")
     rate.add_argument("--host", default="127.0.0.1",
                       help="address to serve on (default: %(default)s); any other address serves only with a "

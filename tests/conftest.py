@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fabnb.schema import METRICS
+from fabnb.core.schema import METRICS
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Set up by the root conftest.py (CI's copy beside the clone, or the kit's own download).
@@ -64,7 +64,7 @@ def six():
 
 @pytest.fixture(scope="session")
 def fab_bench_dir():
-    from fabnb.datasets import DatasetError, fab_bench_dir
+    from fabnb.data.datasets import DatasetError, fab_bench_dir
 
     if (FAB_BENCH / "QAs").is_dir():
         return FAB_BENCH
@@ -77,7 +77,7 @@ def fab_bench_dir():
 
 @pytest.fixture(scope="session")
 def fab_bench(fab_bench_dir):
-    from fabnb.datasets import load_fab_bench
+    from fabnb.data.datasets import load_fab_bench
 
     return load_fab_bench(fab_bench_dir)
 
@@ -87,9 +87,9 @@ def evidence_chunks(fab_bench):
     """The FAB-Bench evidence corpus in 128-token chunks (its documents are short), and their vectors."""
     import warnings
 
-    from fabnb.corpus import chunk_corpus
-    from fabnb.datasets import evidence_corpus
-    from fabnb.vectors import vectorize
+    from fabnb.corpus.collection import chunk_corpus
+    from fabnb.corpus.vectors import vectorize
+    from fabnb.data.datasets import evidence_corpus
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

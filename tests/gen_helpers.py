@@ -24,9 +24,9 @@ PARAGRAPHS = [
 
 
 def small_contexts(n_distractors=1):
-    from fabnb.corpus import chunk_corpus, corpus_from_frame
-    from fabnb.synthesis import needle_in_haystack
-    from fabnb.vectors import vectorize
+    from fabnb.corpus.collection import chunk_corpus, corpus_from_frame
+    from fabnb.corpus.synthesis import needle_in_haystack
+    from fabnb.corpus.vectors import vectorize
 
     corpus = corpus_from_frame(pd.DataFrame({"doc_id": [f"d{i}" for i in range(len(PARAGRAPHS))],
                                              "text": PARAGRAPHS}))

@@ -9,9 +9,10 @@ import importlib
 import inspect
 
 #: The modules whose functions the property tests call.
-MODULES = ("fabnb.analysis", "fabnb.intervals", "fabnb.plots", "fabnb.stats", "fabnb.judge", "fabnb.judge.oracle",
-           "fabnb.judge.sanity", "fabnb.rating",
-           "fabnb.study", "fabnb.generation")
+MODULES = ("fabnb.analysis.curves", "fabnb.analysis.intervals", "fabnb.analysis.plots", "fabnb.core.stats",
+           "fabnb.judge", "fabnb.judge.oracle",
+           "fabnb.judge.sanity", "fabnb.qa.rating",
+           "fabnb.tester.study", "fabnb.qa.generation")
 
 
 def _refuser(name: str):

@@ -4,7 +4,7 @@ import stat
 
 import pytest
 
-from fabnb.access import AccessError, issue_links, rater_of_link, read_links
+from fabnb.qa.access import AccessError, issue_links, rater_of_link, read_links
 
 
 def _token(url: str) -> str:

@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fabnb import analysis as A
-from fabnb.intervals import mean_intervals
-from fabnb.schema import METRICS
-from fabnb.scores import ScoreError
+from fabnb.analysis import curves as A
+from fabnb.analysis.intervals import mean_intervals
+from fabnb.core.schema import METRICS
+from fabnb.core.scores import ScoreError
 
 from conftest import long_frame, per_question, six_metric_frame
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from fabnb.rating import RatingStore
+from fabnb.qa.rating import RatingStore
 
 from conftest import ROOT, qa_folder
 
@@ -251,9 +251,9 @@ def test_rating_notebook_in_a_real_browser(lab):
 
 VERDICT_NOTEBOOK = """\
 import pandas as pd
-from fabnb.rating import RatingSession, RatingStore
-from fabnb.study import verdict_items
-from fabnb.widgets import RatingPanel
+from fabnb.qa.rating import RatingSession, RatingStore
+from fabnb.tester.study import verdict_items
+from fabnb.views.widgets import RatingPanel
 
 verdicts = pd.DataFrame({"system": "s", "model": "m", "context_k": 1.0, "mode": "A", "status": "ok",
                          "test_id": ["t1", "t2"], "generator": ["random", "coverage"], "failed": [True, False]})
@@ -301,8 +301,8 @@ def test_verdict_labelling_in_a_real_browser(tmp_path):
 
 EXPLORER_NOTEBOOK = """\
 import pandas as pd
-from fabnb.explorer import Explorer
-from fabnb.widgets import ResultsExplorer
+from fabnb.views.explorer import Explorer
+from fabnb.views.widgets import ResultsExplorer
 
 HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=1</script>'
 keys = [dict(system="ref", model="m", context_k=k, mode="A", test_id=t) for k in (4.0, 8.0) for t in ("Q1", "Q2")]
@@ -491,7 +491,7 @@ def test_rating_app_beyond_loopback_opens_only_with_each_raters_token(tmp_path, 
 
     from playwright.sync_api import sync_playwright
 
-    from fabnb.access import read_links
+    from fabnb.qa.access import read_links
 
     qa = _hostile_qa(fab_bench_dir, tmp_path / "qa")
     ratings = tmp_path / "ratings"
@@ -547,7 +547,8 @@ def test_rating_app_beyond_loopback_opens_only_with_each_raters_token(tmp_path, 
 
 
 def _voila_process(base: str):
-    """The Voilà process serving ``base`` (the child of ``fabnb rate --serve`` that runs fabnb.voila on its port)."""
+    """The Voilà process serving ``base`` (the child of ``fabnb rate --serve`` that runs fabnb.core.voila on its
+    port)."""
     from urllib.parse import urlsplit
 
     import psutil
@@ -555,9 +556,9 @@ def _voila_process(base: str):
     port = f"--port={urlsplit(base).port}"
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if ("fabnb.voila" in cmd or "voila" in cmd) and port in cmd:
+        if ("fabnb.core.voila" in cmd or "voila" in cmd) and port in cmd:
             return proc
-    raise AssertionError(f"no fabnb.voila process serves {base}")
+    raise AssertionError(f"no fabnb.core.voila process serves {base}")
 
 
 def _kernels(voila) -> int:

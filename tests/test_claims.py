@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from fabnb import published
-from fabnb.claims import CLAIMS, VERDICTS, Claim, Paper, _verdict, check_claims
+from fabnb.analysis.claims import CLAIMS, VERDICTS, Claim, Paper, _verdict, check_claims
+from fabnb.data import published
 
 
 @pytest.fixture(scope="module")

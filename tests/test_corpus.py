@@ -6,7 +6,7 @@ import warnings
 import pandas as pd
 import pytest
 
-from fabnb.corpus import CorpusError, CorpusWarning, chunk_corpus, corpus_from_frame, load_corpus, tokenizer
+from fabnb.corpus.collection import CorpusError, CorpusWarning, chunk_corpus, corpus_from_frame, load_corpus, tokenizer
 
 
 def _pdf(path, pages):
@@ -128,15 +128,15 @@ def test_bad_chunk_parameters():
 
 def test_batch_encoding_gives_the_chunks_of_one_document_at_a_time(fab_bench):
     """Chunks from tiktoken's threaded batch encoding equal those of encoding each document alone, byte for byte."""
-    from fabnb.corpus import _chunk_one, chunk_records
-    from fabnb.datasets import evidence_corpus
+    from fabnb.corpus.collection import _chunk_one, chunk_records
+    from fabnb.data.datasets import evidence_corpus
 
     docs = evidence_corpus(fab_bench).documents
     records = list(zip(docs["doc_id"], docs["text"]))[:300]
     one_by_one = [row for doc_id, text in records for row in _chunk_one(doc_id, text, 64, 16, "cl100k_base")]
     assert chunk_records(records, 64, 16, "cl100k_base") == one_by_one and len(one_by_one) > len(records)
     # Batches cut by characters (long documents) give the same chunks too.
-    from fabnb import corpus as corpus_module
+    from fabnb.corpus import collection as corpus_module
 
     corpus_module.ENCODE_BATCH_CHARS, saved = 5_000, corpus_module.ENCODE_BATCH_CHARS
     try:
@@ -146,8 +146,8 @@ def test_batch_encoding_gives_the_chunks_of_one_document_at_a_time(fab_bench):
 
 
 def test_a_corpus_that_cannot_fit_is_refused_before_the_work_naming_dask(monkeypatch):
-    from fabnb import corpus as corpus_module
-    from fabnb.corpus import MEMORY_PER_CHAR, memory_available
+    from fabnb.corpus import collection as corpus_module
+    from fabnb.corpus.collection import MEMORY_PER_CHAR, memory_available
 
     corpus = corpus_from_frame(pd.DataFrame({"doc_id": ["a", "b"], "text": ["Plasma etching of silicon. " * 400] * 2}))
     n_chars = 2 * len("Plasma etching of silicon. " * 400)

@@ -5,11 +5,11 @@ import shutil
 
 import pytest
 
-from fabnb.curation import CurationSession, duplicate_groups, similarity_matrix
-from fabnb.datasets import read_qa_files
-from fabnb.generation import weighted_similarity
-from fabnb.rating import RatingError, RatingStore
-from fabnb.terms import KnowledgeBase
+from fabnb.corpus.terms import KnowledgeBase
+from fabnb.data.datasets import read_qa_files
+from fabnb.qa.curation import CurationSession, duplicate_groups, similarity_matrix
+from fabnb.qa.generation import weighted_similarity
+from fabnb.qa.rating import RatingError, RatingStore
 
 
 @pytest.fixture

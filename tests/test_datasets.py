@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fabnb import datasets as D
+from fabnb.data import datasets as D
 
 
 def test_upstream_counts(fab_bench):

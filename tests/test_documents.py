@@ -3,9 +3,9 @@
 import pandas as pd
 import pytest
 
-from fabnb.corpus import load_corpus
-from fabnb.documents import DocumentSpec, document_prompt, write_documents
-from fabnb.llm import LLM
+from fabnb.corpus.collection import load_corpus
+from fabnb.models.llm import LLM
+from fabnb.qa.documents import DocumentSpec, document_prompt, write_documents
 
 from stub_openai import StubServer, completion
 

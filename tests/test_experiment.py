@@ -644,8 +644,8 @@ def test_a_run_killed_at_any_stage_resumes_without_repeating_a_stored_call(tmp_p
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         assert reached(), proc.stderr.read().decode()[-2000:]
+        from fabnb.core.records import ResultsStore
         from fabnb.judge import score_store
-        from fabnb.records import ResultsStore
 
         stored = len(ResultsStore(out / "answers.jsonl").done()) + len(score_store(out / "scores.jsonl").done())
         assert stored < 120 or stage == "reporting"
@@ -740,7 +740,7 @@ def test_two_runs_of_one_folder_at_once_the_second_is_refused_and_nothing_is_ask
 def test_a_full_disk_ends_the_run_with_a_message_a_failed_manifest_and_a_rerun_that_continues(tmp_path, stub):
     from test_records import _fill
 
-    from fabnb.records import StoreError
+    from fabnb.core.records import StoreError
 
     disk = tmp_path / "disk"
     disk.mkdir()
@@ -767,7 +767,7 @@ def test_a_full_disk_ends_the_run_with_a_message_a_failed_manifest_and_a_rerun_t
 
 
 def test_a_cut_record_is_named_in_the_warning_and_the_summary_and_asked_again(tmp_path, stub):
-    from fabnb.records import CutRecordWarning
+    from fabnb.core.records import CutRecordWarning
 
     path = write_file(tmp_path, sample=2)
     run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
@@ -783,7 +783,7 @@ def test_a_cut_record_is_named_in_the_warning_and_the_summary_and_asked_again(tm
 
 
 def test_a_run_on_ones_own_questions_opens_in_the_explorer_with_their_test_types(tmp_path, stub, fab_bench_dir):
-    from fabnb.explorer import Explorer
+    from fabnb.views.explorer import Explorer
 
     from conftest import qa_folder
 
@@ -801,7 +801,7 @@ def test_a_run_on_ones_own_questions_opens_in_the_explorer_with_their_test_types
 
 def test_a_dead_endpoint_stops_the_run_before_any_stage_and_nothing_claims_a_file(tmp_path, monkeypatch):
     """Once: the probe failed, the run retried for 46 s and printed "wrote .../report" though no report/ existed."""
-    from fabnb.process import free_port
+    from fabnb.core.process import free_port
 
     monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("FABNB_TEST_KEY", CANARY)
@@ -836,9 +836,9 @@ def test_the_summary_says_report_only_when_it_wrote_one(tmp_path, monkeypatch):
 def test_a_finished_embedded_model_folder_plans_nothing_to_do(tmp_path, stored_as):
     """Once: "63 calls planned, 0 done" on the folder of a complete run (the plan keyed on "embedded", the stores
     on the served name). Stores written under the model's former alias count as done too."""
+    from fabnb.core.records import ResultsStore
     from fabnb.judge import score_store
-    from fabnb.local import MODEL_ALIAS
-    from fabnb.records import ResultsStore
+    from fabnb.models.local import MODEL_ALIAS
 
     exp = Experiment.from_dict({"name": "offline", "output": str(tmp_path / "out"), "questions": {"sample": 2},
                                 "contexts": {"windows": [0.5, 1]}, "judge": {"metrics": ["relevance", "depth"]},
@@ -963,7 +963,7 @@ def test_a_small_two_mode_study_reports_intervals_the_gap_caveats_and_flags_and_
         columns=["status"]), pd.DataFrame(columns=["ci_low", "ci_high"])))
     assert summary.index("## Caveats") < summary.index("## Calls")
     # The explorer filters on the flags.
-    from fabnb.explorer import Explorer
+    from fabnb.views.explorer import Explorer
 
     ex = Explorer.from_folder(out)
     shown = ex.filter(flagged="repetitive").view()
@@ -1061,7 +1061,7 @@ def test_exit_statuses_tell_every_cell_stored_from_failed_cells_and_the_budget(t
 
 def test_the_exit_statuses_in_the_docs_and_the_help_are_the_table():
     from fabnb.cli import build_parser
-    from fabnb.exits import EXIT, MEANING
+    from fabnb.core.exits import EXIT, MEANING
 
     doc = (ROOT / "docs" / "experiment.md").read_text()
     block = doc[doc.index("<!-- exits -->"):doc.index("<!-- /exits -->")]

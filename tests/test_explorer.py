@@ -1,4 +1,4 @@
-"""fabnb.explorer: filters, one cell in full, two configurations compared, export; driven without a browser."""
+"""fabnb.views.explorer: filters, one cell in full, two configurations compared, export; driven without a browser."""
 
 import json
 
@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fabnb.explorer import Explorer
-from fabnb.schema import METRICS
+from fabnb.core.schema import METRICS
+from fabnb.views.explorer import Explorer
 
 HOSTILE = '<script>alert(1)</script><img src=x onerror="alert(2)"> \u202eevil'
 
@@ -147,7 +147,7 @@ def test_an_experiment_folder_opens_in_the_explorer(tmp_path, monkeypatch):
 
 
 def test_the_widget_sends_one_page_filters_opens_compares_and_exports(ex, tmp_path):
-    from fabnb.widgets import ResultsExplorer
+    from fabnb.views.widgets import ResultsExplorer
 
     w = ResultsExplorer(ex, export_path=tmp_path / "view.csv")
     assert w.total == 13 and w.shown == 13 and len(w.rows) == 5 and w.pages == 3

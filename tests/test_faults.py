@@ -5,7 +5,7 @@ and answers the others; then it heals. For each stage (the RAG grid, the judge, 
 generation, the RAG-TESTER oracle) and each fault, the suite asserts:
 
 - no crash: the stage records the failed cell and finishes the rest;
-- the failed cell carries the fault's documented cause (:data:`fabnb.errors.CAUSES`)
+- the failed cell carries the fault's documented cause (:data:`fabnb.core.errors.CAUSES`)
   and the true number of requests the server got for it;
 - after the server heals, a rerun with the same cache makes exactly one request per
   failed cell and none for the rest, and every cell ends ok.
@@ -24,8 +24,8 @@ import time
 import pandas as pd
 import pytest
 
-from fabnb.errors import CAUSES, describe_cause
-from fabnb.llm import LLM, ResponseCache
+from fabnb.core.errors import CAUSES, describe_cause
+from fabnb.models.llm import LLM, ResponseCache
 
 from gen_helpers import qa_reply, small_contexts
 from stub_openai import StubServer, completion
@@ -201,7 +201,7 @@ def _oracle_stage():
 
 
 def _generation_stage():
-    from fabnb.generation import GenerationConfig, generate_qa
+    from fabnb.qa.generation import GenerationConfig, generate_qa
 
     chunks, contexts = small_contexts()
     # The marker rides in the second context's text, so only its requests break. Not the first: Eq. 9's
@@ -277,7 +277,7 @@ def test_fault_is_recorded_and_heals(stage, fault, tmp_path, tmp_path_factory):
 
 def test_a_cached_failure_from_an_older_version_is_asked_again(tmp_path):
     """Entries written before validators existed (an empty answer was cached then) heal too."""
-    from fabnb.llm import request_key
+    from fabnb.models.llm import request_key
     from fabnb.rag import RAGConfig, ReferenceRAG, ResultsStore, context_prompt, run_grid
 
     chunks = pd.DataFrame({"chunk_id": ["c0"], "doc_id": ["d0"], "text": ["Dishing was 40 nm."]})

@@ -1,4 +1,4 @@
-"""fabnb.files: the one reader of files named by a file or a request (issue 46, items 2, 4 and 7)."""
+"""fabnb.core.files: the one reader of files named by a file or a request (issue 46, items 2, 4 and 7)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import textwrap
 
 import pytest
 
-from fabnb.datasets import DatasetError, read_qa_files
+from fabnb.core.files import FileRefused, inside, read_bytes, read_text
+from fabnb.data.datasets import DatasetError, read_qa_files
 from fabnb.experiment import Experiment, ExperimentError
-from fabnb.files import FileRefused, inside, read_bytes, read_text
 
 
 def test_special_files_are_refused_before_they_are_opened(tmp_path):
@@ -79,7 +79,7 @@ def test_reading_dev_zero_under_a_memory_limit_ends_in_a_message_not_memoryerror
     code = textwrap.dedent("""\
         import resource, sys
         resource.setrlimit(resource.RLIMIT_AS, (2 * 1024 ** 3, 2 * 1024 ** 3))
-        from fabnb.datasets import read_qa_files
+        from fabnb.data.datasets import read_qa_files
         print(read_qa_files("/dev/zero").problems["message"][0])
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -115,7 +115,7 @@ def test_an_experiment_file_with_a_byte_order_mark_reads(tmp_path):
 
 
 def test_a_manifest_path_is_read_through_the_confined_reader(tmp_path):
-    from fabnb.explorer import _experiment_pairs
+    from fabnb.views.explorer import _experiment_pairs
 
     with pytest.warns(UserWarning, match="outside the server's root"):
         assert _experiment_pairs({"questions_source": "/usr"}, root=tmp_path) == []
@@ -125,9 +125,9 @@ def test_a_manifest_path_is_read_through_the_confined_reader(tmp_path):
 
 def test_a_corpus_knowledge_base_and_rater_manifest_that_are_devices_are_refused(tmp_path):
     """Item 4: every file read by a name from a file goes through the one reader."""
-    from fabnb.corpus import load_corpus
-    from fabnb.rating import RatingError, read_manifest
-    from fabnb.terms import KnowledgeBase, KnowledgeBaseError
+    from fabnb.corpus.collection import load_corpus
+    from fabnb.corpus.terms import KnowledgeBase, KnowledgeBaseError
+    from fabnb.qa.rating import RatingError, read_manifest
 
     docs = tmp_path / "docs"
     docs.mkdir()

@@ -16,9 +16,9 @@ import time
 import pandas as pd
 import pytest
 
+from fabnb.core.records import ResultsStore
 from fabnb.experiment import Experiment, ExperimentError, run_experiment
 from fabnb.rag import FRAMEWORKS, run_grid
-from fabnb.records import ResultsStore
 
 from stub_openai import StubServer, completion
 
@@ -372,8 +372,8 @@ def test_hayhooks_serves_fabnbs_haystack_pipeline_and_the_store_holds_the_server
     from haystack import Document
     from haystack.components.preprocessors import DocumentSplitter
 
+    from fabnb.core.process import answers_http, free_port, start_process, stop_process, wait_ready
     from fabnb.experiment import Endpoint
-    from fabnb.process import answers_http, free_port, start_process, stop_process, wait_ready
 
     root = Path(__file__).resolve().parents[1]
     exp, questions, documents = _live_part(tmp_path, """
@@ -455,8 +455,8 @@ def test_a_lightrag_server_answers_on_the_embedded_model_and_the_store_holds_its
 
     import llama_index.core
 
+    from fabnb.core.process import answers_http, free_port, start_process, stop_process, wait_ready
     from fabnb.experiment import Endpoint
-    from fabnb.process import answers_http, free_port, start_process, stop_process, wait_ready
 
     exp, questions, documents = _live_part(tmp_path, """
         [[systems]]

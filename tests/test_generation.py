@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from fabnb import generation as G
-from fabnb.datasets import read_qa_files
-from fabnb.llm import LLM, ResponseCache
-from fabnb.terms import KnowledgeBase
+from fabnb.corpus.terms import KnowledgeBase
+from fabnb.data.datasets import read_qa_files
+from fabnb.models.llm import LLM, ResponseCache
+from fabnb.qa import generation as G
 
 from conftest import ROOT
 from gen_helpers import qa_reply, small_contexts
@@ -217,8 +217,8 @@ RUNNER = textwrap.dedent("""
     import sys
     sys.path[:0] = [{tests!r}]
     from gen_helpers import small_contexts
-    from fabnb.generation import generate_qa
-    from fabnb.llm import LLM, ResponseCache
+    from fabnb.qa.generation import generate_qa
+    from fabnb.models.llm import LLM, ResponseCache
     chunks, contexts = small_contexts()
     llm = LLM("stub", sys.argv[1], cache=ResponseCache(sys.argv[2]))
     generate_qa(contexts, llm, n=6, chunks=chunks)

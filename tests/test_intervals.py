@@ -1,13 +1,13 @@
-"""fabnb.intervals: cell means with bootstrap intervals over questions, and the paired B - A gap."""
+"""fabnb.analysis.intervals: cell means with bootstrap intervals over questions, and the paired B - A gap."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from fabnb import published
-from fabnb.intervals import MIN_ORDER_QUESTIONS, difficulty_order, mean_intervals, mode_gap
-from fabnb.schema import METRICS
-from fabnb.scores import ScoreError
+from fabnb.analysis.intervals import MIN_ORDER_QUESTIONS, difficulty_order, mean_intervals, mode_gap
+from fabnb.core.schema import METRICS
+from fabnb.core.scores import ScoreError
+from fabnb.data import published
 
 from conftest import per_question
 

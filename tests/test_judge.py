@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fabnb.core.schema import METRICS
 from fabnb.judge import (
     RUBRICS,
     JudgeError,
@@ -30,8 +31,7 @@ from fabnb.judge import (
     to_score_frame,
     weighted_score,
 )
-from fabnb.llm import LLM
-from fabnb.schema import METRICS
+from fabnb.models.llm import LLM
 
 from stub_openai import StubServer, completion
 
@@ -163,7 +163,7 @@ def test_judge_results_resumes_and_feeds_the_analysis(tmp_path):
     assert set(cu.loc["Q2", "context_basis"]) == {"heuristic (no sources exposed)"}
     assert set(cu.loc["Q1", "variant"]) == {"with_context"}
     frame = to_score_frame(scores)
-    from fabnb.scores import check_scores
+    from fabnb.core.scores import check_scores
 
     checked = check_scores(frame.drop(columns="n"))
     assert set(checked.metric) == set(METRICS) and checked.score.between(0, 1).all()
@@ -206,7 +206,7 @@ def test_reference_check_by_subtype():
 
 
 def test_reference_answers_pass_their_own_check_and_injection_does_not_help(fab_bench):
-    from fabnb.datasets import qa_frame
+    from fabnb.data.datasets import qa_frame
 
     qa = qa_frame(fab_bench.pairs)
     obj = qa[qa.objective_subtype.notna()]
@@ -287,8 +287,8 @@ def test_mcnemar_bootstrap_precision_and_agreement():
 @pytest.mark.model
 def test_judging_on_the_embedded_model_records_both_scoring_modes(tmp_path, fab_bench):
     """Gemma 3 270M on llama.cpp as the judge: weighted scores with logprobs, integers without."""
-    from fabnb.llm import ResponseCache
-    from fabnb.local import LocalServer
+    from fabnb.models.llm import ResponseCache
+    from fabnb.models.local import LocalServer
     from fabnb.rag import questions_frame
 
     questions = questions_frame([p for p in fab_bench.pairs if p.question_format == "SUBJECTIVE"][:2])
@@ -369,8 +369,8 @@ def _flag_frames(answer_text, scores, reason="The answer covers the mechanism an
 def test_the_repeated_answer_that_scored_ten_everywhere_is_flagged():
     """Observation 5 of issue 28: on the embedded model, an answer repeating "1200 cm2/V·s" seven times scored
     10/10 on all six metrics with the reason "The reason is the same as the score"."""
+    from fabnb.core.schema import METRICS
     from fabnb.judge.sanity import judge_flags
-    from fabnb.schema import METRICS
 
     scores, answers = _flag_frames("1200 cm2/V·s " * 7, dict.fromkeys(METRICS, 1.0),
                                    reason="The reason is the same as the score")
@@ -383,10 +383,10 @@ def test_the_grid_stores_what_the_flags_read_and_a_store_without_it_gets_the_sam
     """The answer flags' word counts and repetition shares are written with each answer (a results view does not
     tokenize 8,800 answers to open); an answer stored without them gets them on reading, with the same flags."""
     import fabnb.judge.sanity as sanity
+    from fabnb.core.records import ResultsStore
+    from fabnb.core.text import repetition_share, word_measures, word_tokens
     from fabnb.judge.sanity import judge_flags
     from fabnb.rag import Answer, run_grid
-    from fabnb.records import ResultsStore
-    from fabnb.text import repetition_share, word_measures, word_tokens
 
     texts = {"q1": "1200 cm2/V·s " * 7, "q2": "Strain raises the hole mobility, as the cited measurement shows.",
              "q3": "B"}
@@ -461,7 +461,7 @@ def test_the_answer_flags_almost_never_fire_on_the_released_gold_answers(fab_ben
 
 
 def test_two_worker_processes_score_every_cell_once_into_one_store_and_the_key_stays_in_memory(tmp_path):
-    from fabnb.records import hold
+    from fabnb.core.records import hold
 
     key = "sk-worker-canary-31f7"
     store = score_store(tmp_path / "scores.jsonl")
@@ -484,7 +484,7 @@ def test_two_worker_processes_score_every_cell_once_into_one_store_and_the_key_s
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert key.encode() not in path.read_bytes(), path
-    with pytest.raises(ValueError, match="plain fabnb.llm.LLM"):
+    with pytest.raises(ValueError, match="plain fabnb.models.llm.LLM"):
         from fabnb.judge.workers import judge_in_workers
 
         class Other(LLM):

@@ -184,7 +184,7 @@ def test_the_paths_a_manifest_records_are_read_only_inside_the_root(finished_run
     folder nor the experiment file it names is read (one pointed at /usr made the server walk /usr)."""
     import shutil
 
-    import fabnb.datasets
+    import fabnb.data.datasets
 
     from conftest import FAB_BENCH, qa_folder
 
@@ -196,8 +196,8 @@ def test_the_paths_a_manifest_records_are_read_only_inside_the_root(finished_run
     shutil.copytree(folder, inner)
     manifest = json.loads((inner / "manifest.json").read_text())
     read = []
-    real = fabnb.datasets.read_qa_files
-    monkeypatch.setattr(fabnb.datasets, "read_qa_files", lambda source, *a, **k: read.append(str(source)) or
+    real = fabnb.data.datasets.read_qa_files
+    monkeypatch.setattr(fabnb.data.datasets, "read_qa_files", lambda source, *a, **k: read.append(str(source)) or
                         real(source, *a, **k))
     key = ("system", "model", "context_k", "mode", "test_id")
     for hostile in ({"questions_source": "/usr"}, {"questions_source": str(secret)},
@@ -235,8 +235,8 @@ def _get(jp_fetch, loop, *parts, **kwargs):
 
 def test_warming_imports_what_a_first_open_needs_once():
     code = ("import sys; from fabnb.jupyter.api import Results; r = Results('.'); "
-            "assert 'pandas' not in sys.modules and 'fabnb.explorer' not in sys.modules; "
-            "t = r.warm(); t.join(); assert {'pandas', 'fabnb.explorer', 'fabnb.rag'} <= set(sys.modules); "
+            "assert 'pandas' not in sys.modules and 'fabnb.views.explorer' not in sys.modules; "
+            "t = r.warm(); t.join(); assert {'pandas', 'fabnb.views.explorer', 'fabnb.rag'} <= set(sys.modules); "
             "assert r.warm() is None")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
@@ -407,8 +407,8 @@ def test_a_run_whose_process_outlives_its_folder_is_ending_until_the_process_end
 
 
 def test_a_second_run_on_a_held_folder_is_refused_naming_the_holder(jp_root_dir, monkeypatch):
+    from fabnb.core.records import hold
     from fabnb.jupyter.jobs import Jobs
-    from fabnb.records import hold
 
     monkeypatch.setenv("FABNB_TEST_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("FABNB_TEST_KEY", "sk-test")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from fabnb.rating import RatingStore
+from fabnb.qa.rating import RatingStore
 
 from conftest import ROOT
 from test_browser import HOSTILE, _chromium, _hostile_qa, _jupyterlab

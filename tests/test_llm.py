@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fabnb.llm import LLM, Failure, LLMError, ResponseCache, parse_json, request_key
+from fabnb.models.llm import LLM, Failure, LLMError, ResponseCache, parse_json, request_key
 
 from stub_openai import StubServer, completion, echo
 
@@ -36,7 +36,7 @@ def test_an_unreadable_cache_is_moved_aside_with_a_warning_and_never_blocks_a_ru
     """Once: every rerun died with sqlite3.DatabaseError ("file is not a database"), naming no file."""
     import os
 
-    from fabnb.llm import CacheWarning
+    from fabnb.models.llm import CacheWarning
 
     path = tmp_path / "llm.sqlite"
     with StubServer() as s:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from fabnb.generation import GenerationConfig, generate_qa, quoted_share
-from fabnb.llm import LLMError, ResponseCache
-from fabnb.local import PORTABLE_INSTALL, LocalServer, build_report
+from fabnb.models.llm import LLMError, ResponseCache
+from fabnb.models.local import PORTABLE_INSTALL, LocalServer, build_report
+from fabnb.qa.generation import GenerationConfig, generate_qa, quoted_share
 
 from conftest import ROOT
 from gen_helpers import notebook_parameters
@@ -100,11 +100,11 @@ def test_no_embedded_model_is_one_line_in_a_notebook_with_the_fix(monkeypatch, c
         monkeypatch.delenv(name, raising=False)
     shell = InteractiveShell.instance()
     try:
-        shell.run_cell("from fabnb.local import LocalServer\nLocalServer().start()")
+        shell.run_cell("from fabnb.models.local import LocalServer\nLocalServer().start()")
         shown = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
         assert len(shown) == 1 and shown[0].startswith("LLMError: the embedded model's server")
         assert PORTABLE_INSTALL in shown[0] and "FABNB_LLM_BASE_URL" in shown[0]
-        shell.run_cell("from fabnb.errors import CausedError\nraise CausedError('slow', 'timeout')")
+        shell.run_cell("from fabnb.core.errors import CausedError\nraise CausedError('slow', 'timeout')")
         shown = capsys.readouterr().out
         assert "Traceback (most recent call last)" in shown and len(shown.splitlines()) > 4
     finally:
@@ -166,11 +166,11 @@ def test_schema_constrained_output_is_valid_json(fast_server):
 def test_generation_on_the_real_model_counts_and_retries_failures(fab_bench):
     """Notebook 03's generation (its parameters, its calls) on the real model. The replies go to the suite's
     response cache, so the notebook, run later in the suite, replays them instead of asking again."""
-    from fabnb.corpus import chunk_corpus
-    from fabnb.datasets import evidence_corpus
-    from fabnb.local import default_llm
-    from fabnb.synthesis import needle_in_haystack
-    from fabnb.vectors import vectorize
+    from fabnb.corpus.collection import chunk_corpus
+    from fabnb.corpus.synthesis import needle_in_haystack
+    from fabnb.corpus.vectors import vectorize
+    from fabnb.data.datasets import evidence_corpus
+    from fabnb.models.local import default_llm
 
     nb = notebook_parameters("03_generate_qa.ipynb")
     assert nb["CORPUS"] is None  # the notebook's default: the FAB-Bench evidence corpus
@@ -205,14 +205,14 @@ def test_a_broken_model_file_fails_with_the_servers_words(tmp_path):
 
 @pytest.mark.model
 def test_the_server_keeps_only_the_logits_a_completion_reads_with_the_same_values():
-    """fabnb._llama_server's eval asks llama.cpp for each call's last row only: the rows a completion's
+    """fabnb.models._llama_server's eval asks llama.cpp for each call's last row only: the rows a completion's
     log-probabilities read equal those of llama-cpp-python's own eval bit for bit, and the prompt's other rows are
     never filled (1 MB each with Gemma's vocabulary)."""
     import numpy as np
     from llama_cpp import Llama
 
-    import fabnb._llama_server as patched
-    from fabnb.local import model_path
+    import fabnb.models._llama_server as patched
+    from fabnb.models.local import model_path
 
     model = Llama(str(model_path()), n_ctx=256, n_batch=16, logits_all=True, verbose=False, seed=0)
     prompt = model.tokenize(b"Plasma etching removes silicon from the wafer where the mask leaves it open, and " * 3)
@@ -235,11 +235,11 @@ def test_the_server_keeps_only_the_logits_a_completion_reads_with_the_same_value
 
 @pytest.mark.model
 def test_logprobs_rows_computed_when_read_equal_llama_cpps_own():
-    """fabnb._llama_server computes log-probabilities row by row when read: the same values, less memory."""
+    """fabnb.models._llama_server computes log-probabilities row by row when read: the same values, less memory."""
     import numpy as np
     from llama_cpp import Llama
 
-    import fabnb._llama_server as patched
+    import fabnb.models._llama_server as patched
 
     logits = np.random.default_rng(0).normal(size=(40, 300)).astype(np.single)
     full = patched._original(logits)
@@ -254,7 +254,7 @@ def test_the_reinstall_line_installs_the_local_extra_with_its_dependencies():
     import shlex
     import tomllib
 
-    from fabnb.local import LOCAL_REQUIREMENTS
+    from fabnb.models.local import LOCAL_REQUIREMENTS
 
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["local"]
     assert list(LOCAL_REQUIREMENTS) == extra  # the line is made from the pins pyproject.toml installs
@@ -268,7 +268,7 @@ def test_the_reinstall_line_installs_the_local_extra_with_its_dependencies():
 
 def test_the_renamed_model_keeps_the_cache_keys_it_had():
     """The alias now names the base model; replies cached under the former name are still found."""
-    from fabnb.local import FORMER_ALIAS, MODEL_ALIAS, EmbeddedLLM
+    from fabnb.models.local import FORMER_ALIAS, MODEL_ALIAS, EmbeddedLLM
 
     assert MODEL_ALIAS == "gemma-3-270m-q4_k_m" and FORMER_ALIAS == "gemma-3-270m-it-q4_k_m"
     identity = f"embedded:{FORMER_ALIAS}:alpaca"
@@ -318,7 +318,7 @@ def test_the_reinstall_line_leads_from_each_state_to_a_server_that_answers(tmp_p
 
     import llama_cpp
 
-    from fabnb.local import model_path
+    from fabnb.models.local import model_path
 
     links = tmp_path / "links"
     links.mkdir()

@@ -1,7 +1,7 @@
 import pandas as pd
 import pytest
 
-from fabnb.passages import CoverageTracker, flesch_reading_ease, random_passages, rank_by_complexity, syllables
+from fabnb.corpus.passages import CoverageTracker, flesch_reading_ease, random_passages, rank_by_complexity, syllables
 
 
 def test_flesch_by_hand():

@@ -8,14 +8,15 @@ import pytest
 
 matplotlib.use("Agg")
 
-from fabnb import analysis, plots  # noqa: E402
-from fabnb.datasets import read_qa_files  # noqa: E402
-from fabnb.generation import GenerationConfig, generate_qa, write_pairs  # noqa: E402
+from fabnb.analysis import curves as analysis  # noqa: E402
+from fabnb.analysis import plots
+from fabnb.core.scores import check_scores  # noqa: E402
+from fabnb.data.datasets import read_qa_files  # noqa: E402
 from fabnb.judge import judge_results, score_store, to_score_frame  # noqa: E402
-from fabnb.llm import ResponseCache  # noqa: E402
-from fabnb.local import LocalServer  # noqa: E402
+from fabnb.models.llm import ResponseCache  # noqa: E402
+from fabnb.models.local import LocalServer  # noqa: E402
+from fabnb.qa.generation import GenerationConfig, generate_qa, write_pairs  # noqa: E402
 from fabnb.rag import RAGConfig, ReferenceRAG, ResultsStore, questions_frame, run_grid  # noqa: E402
-from fabnb.scores import check_scores  # noqa: E402
 
 from gen_helpers import small_contexts  # noqa: E402
 

@@ -5,8 +5,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from fabnb import analysis as A
-from fabnb import plots, published
+from fabnb.analysis import curves as A
+from fabnb.analysis import plots
+from fabnb.data import published
 
 
 @pytest.fixture(autouse=True)
@@ -101,7 +102,7 @@ def test_a_correlation_heatmap_of_user_scores_spans_minus_one_to_one_and_leaves_
     import numpy as np
     import pandas as pd
 
-    from fabnb.schema import METRICS
+    from fabnb.core.schema import METRICS
 
     pairs = [(a, b) for i, a in enumerate(METRICS) for b in METRICS[i + 1:]]
     corr = pd.DataFrame({"metric_a": [a for a, _ in pairs], "metric_b": [b for _, b in pairs],
@@ -125,8 +126,8 @@ def test_figures_of_per_question_scores_carry_their_intervals():
     import pandas as pd
     from matplotlib.container import ErrorbarContainer
 
-    from fabnb.intervals import mean_intervals
-    from fabnb.schema import METRICS
+    from fabnb.analysis.intervals import mean_intervals
+    from fabnb.core.schema import METRICS
 
     rng = np.random.default_rng(1)
     per = pd.DataFrame([{"model": "s", "context_k": k, "test_id": f"q{i}", "metric": m, "score": rng.uniform()}

@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from fabnb.process import answers_tcp, start_process
+from fabnb.core.process import answers_tcp, start_process
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])

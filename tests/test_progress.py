@@ -66,7 +66,7 @@ def test_a_run_writes_its_marker_and_its_progress(tmp_path, monkeypatch):
     assert find_runs(tmp_path) == [out]
 
 
-HOLD = ("import sys, time\nfrom fabnb.records import hold\nwith hold(sys.argv[1], 'a test run'):\n"
+HOLD = ("import sys, time\nfrom fabnb.core.records import hold\nwith hold(sys.argv[1], 'a test run'):\n"
         "    print('held', flush=True)\n    time.sleep(60)\n")
 
 
@@ -87,7 +87,7 @@ def test_a_killed_run_reads_interrupted_and_a_held_one_running(tmp_path):
         assert status["progress"]["eta_s"] == 20.0
         assert [(s["stage"], s["state"]) for s in status["stages"]] == [("answers", "in flight"),
                                                                        ("judge", "planned")]
-        from fabnb.records import HeldError, hold
+        from fabnb.core.records import HeldError, hold
 
         # The status probe took nothing from the holder: a second run is still refused, naming it.
         try:
@@ -103,7 +103,7 @@ def test_a_killed_run_reads_interrupted_and_a_held_one_running(tmp_path):
 
 def test_a_status_probe_never_makes_a_second_run_fail(tmp_path):
     """A status probe racing a run's start: the run takes its folder anyway (hold waits out a probe's instant)."""
-    from fabnb.records import held_by, hold
+    from fabnb.core.records import held_by, hold
 
     out = tmp_path / "run"
     out.mkdir()

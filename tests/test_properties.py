@@ -4,7 +4,7 @@ Two kinds of property:
 
 - **edge data settles**: score frames with one model, one context, a single row, ties,
   NaN, scores of exactly 0 and 1, and empty frames go through every public function of
-  ``fabnb.analysis`` and ``fabnb.plots``; counts from 0 to n go through the statistics and
+  ``fabnb.analysis.curves`` and ``fabnb.analysis.plots``; counts from 0 to n go through the statistics and
   the RAG-TESTER failure tables. Each call returns a result, or raises ``ValueError`` (or a
   ``FabnbError``) that says what is missing (:func:`settles`);
 - **valid data works**: where the input meets the documented requirements (for example
@@ -36,9 +36,10 @@ import pytest  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from fabnb import analysis, plots  # noqa: E402
-from fabnb.errors import FabnbError  # noqa: E402
-from fabnb.schema import AVERAGE, METRICS  # noqa: E402
+from fabnb.analysis import curves as analysis  # noqa: E402
+from fabnb.analysis import plots
+from fabnb.core.errors import FabnbError  # noqa: E402
+from fabnb.core.schema import AVERAGE, METRICS  # noqa: E402
 
 CHEAP = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Valid frames run every fit and every plot: fewer examples, each of them full-sized (the edge cases keep 15).
@@ -221,7 +222,7 @@ def test_plots_settle_on_edge_frames_and_return_their_axes(scores):
 @given(st.integers(0, 40).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n))),
        st.sampled_from([0.8, 0.9, 0.95, 0.99]))
 def test_wilson_interval_always_contains_its_rate(counts, ci):
-    from fabnb.stats import wilson_interval
+    from fabnb.core.stats import wilson_interval
 
     k, n = counts
     lo, hi = wilson_interval(k, n, ci)
@@ -299,7 +300,7 @@ def test_paired_statistics_settle(pairs):
 @CHEAP
 @given(st.integers(1, 4), st.integers(1, 6), st.data())
 def test_agreement_statistics_settle(raters, items, data):
-    from fabnb.rating import icc, krippendorff_alpha, weighted_kappa
+    from fabnb.qa.rating import icc, krippendorff_alpha, weighted_kappa
 
     values = data.draw(st.lists(st.one_of(st.integers(1, 5), st.just(None)), min_size=raters * items,
                                 max_size=raters * items))
@@ -365,7 +366,7 @@ def study_verdicts(draw):
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # nine tables each
 @given(study_verdicts())
 def test_study_tables_settle_on_edge_verdicts(verdicts):
-    from fabnb.study import TABLES, study_tables
+    from fabnb.tester.study import TABLES, study_tables
 
     tests = verdicts.drop_duplicates("test_id")[["test_id", "generator", "source_doc"]]
     rejected = pd.DataFrame({"generator": ["random"], "reason": ["answer not in its passage"]})
@@ -385,7 +386,7 @@ def test_study_tables_settle_on_edge_verdicts(verdicts):
 @given(st.lists(st.tuples(st.sampled_from(["x", "y"]), st.booleans(), st.sampled_from(["d1", "d2", "d3"])),
                 min_size=0, max_size=12))
 def test_bootstraps_settle_and_bracket_their_difference(rows):
-    from fabnb.stats import bootstrap_group_diff, bootstrap_rate_diff
+    from fabnb.core.stats import bootstrap_group_diff, bootstrap_rate_diff
 
     frame = pd.DataFrame(rows, columns=["g", "failed", "source_doc"])
     valid = {"x", "y"} <= set(frame["g"])
@@ -415,7 +416,7 @@ def test_dual_mode_deltas_settle(scores, data):
 @CHEAP
 @given(score_frames())
 def test_correlations_compare_with_the_published_table(scores):
-    from fabnb import published
+    from fabnb.data import published
 
     computed = settles(analysis.metric_correlations, scores)
     if computed is not None:
@@ -428,7 +429,7 @@ def test_correlations_compare_with_the_published_table(scores):
 @given(st.lists(st.tuples(st.sampled_from(["c1", "c2"]), st.sampled_from(["accepted", "failed"]),
                           st.floats(0.1, 1.5)), min_size=0, max_size=8))
 def test_generation_plot_settles(attempts):
-    from fabnb.generation import ATTEMPT_COLUMNS
+    from fabnb.qa.generation import ATTEMPT_COLUMNS
 
     frame = pd.DataFrame([{"context_id": c, "attempt": i + 1, "outcome": o, "temperature": t,
                            "failure": "" if o == "accepted" else "not-json"} for i, (c, o, t) in enumerate(attempts)])
@@ -491,9 +492,9 @@ def question_frames(draw):
 @CHEAP
 @given(question_frames())
 def test_intervals_gaps_and_flags_work_on_per_question_scores_with_holes(frame):
-    from fabnb.intervals import mean_intervals, mode_gap
+    from fabnb.analysis.intervals import mean_intervals, mode_gap
+    from fabnb.core.stats import bootstrap_means
     from fabnb.judge.sanity import FLAGS, judge_flags
-    from fabnb.stats import bootstrap_means
 
     ok = frame[frame["status"] == "ok"]
     present = ok[ok["score"].notna()]

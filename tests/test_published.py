@@ -2,8 +2,8 @@
 
 import pytest
 
-from fabnb import published
-from fabnb.schema import ALL_METRICS
+from fabnb.core.schema import ALL_METRICS
+from fabnb.data import published
 
 
 def test_scores_cover_tables_17_to_20_and_5():

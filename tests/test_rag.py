@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fabnb.llm import LLM
+from fabnb.models.llm import LLM
 from fabnb.rag import (
     ANYTHINGLLM_DEFAULTS,
     AnythingLLM,
@@ -668,10 +668,10 @@ def test_a_killed_grid_resumes_without_asking_a_finished_cell_again(tmp_path):
 
 def test_a_grid_and_a_judge_run_on_a_store_another_process_writes_are_refused(tmp_path):
     """Two processes on one store would ask (and pay for) each cell twice: the second is refused at once."""
+    from fabnb.core.records import HeldError
     from fabnb.judge import judge_results, score_store
-    from fabnb.records import HeldError
 
-    holder = ("import sys, time\nfrom fabnb.records import hold\n"
+    holder = ("import sys, time\nfrom fabnb.core.records import hold\n"
               "with hold(sys.argv[1], 'a RAG grid'):\n    print('held', flush=True)\n    time.sleep(60)\n")
     qs = pd.DataFrame({"test_id": ["Q1"], "question": ["q?"], "ground_truth_answer": ["a"],
                        "question_format": ["SUBJECTIVE"]})
@@ -701,8 +701,8 @@ def test_questions_frame_from_fab_bench(fab_bench):
 @pytest.mark.model
 def test_sweep_on_the_embedded_model_with_dual_mode(tmp_path, fab_bench, evidence_chunks):
     """Three context budgets x modes A and B x two FAB-Bench questions on Gemma 3 270M (llama.cpp)."""
-    from fabnb.llm import ResponseCache
-    from fabnb.local import LocalServer
+    from fabnb.models.llm import ResponseCache
+    from fabnb.models.local import LocalServer
 
     chunks, _ = evidence_chunks
     questions = questions_frame([p for p in fab_bench.pairs if p.test_type == "robustness"][:2])

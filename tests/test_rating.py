@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fabnb.rating import (
+from fabnb.qa.rating import (
     DIMENSIONS,
     RatingError,
     RatingSession,
@@ -60,7 +60,7 @@ def test_rating_twice_keeps_the_latest_and_the_history(tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys
-    from fabnb.rating import RatingStore
+    from fabnb.qa.rating import RatingStore
     store = RatingStore(sys.argv[1])
     for i in range(int(sys.argv[3])):
         store.add(sys.argv[2], f"item{i}", {"accuracy": 1 + i % 5, "relevance": 3, "difficulty": 2, "diversity": 4})
@@ -163,7 +163,7 @@ def test_agreement_and_quality_tables(tmp_path):
 @pytest.mark.parametrize("n_items,raters,per_item", [(3, 3, 2), (10, 3, 2), (45, 10, 2), (20, 5, 3), (7, 4, 4),
                                                      (200, 6, 2)])
 def test_assign_covers_every_pair_with_balanced_loads(n_items, raters, per_item):
-    from fabnb.rating import assign, overlap
+    from fabnb.qa.rating import assign, overlap
 
     names = [f"r{i}" for i in range(raters)]
     a = assign([f"Q{i}" for i in range(n_items)], names, per_item=per_item, seed=1)
@@ -177,7 +177,7 @@ def test_assign_covers_every_pair_with_balanced_loads(n_items, raters, per_item)
 
 
 def test_assign_refuses_what_cannot_be_done():
-    from fabnb.rating import assign
+    from fabnb.qa.rating import assign
 
     with pytest.raises(RatingError, match="at least 10 items are needed"):
         assign([f"Q{i}" for i in range(9)], [f"r{i}" for i in range(5)], per_item=2)
@@ -188,7 +188,7 @@ def test_assign_refuses_what_cannot_be_done():
 
 
 def test_a_session_takes_a_manifest_and_overlap_reads_ratings(tmp_path):
-    from fabnb.rating import assign, overlap, write_manifests
+    from fabnb.qa.rating import assign, overlap, write_manifests
 
     items = pd.DataFrame({"item_id": [f"Q{i}" for i in range(6)], "question": "q"})
     paths = write_manifests(assign(items, ["ana", "ben", "cy"], per_item=2, seed=0), tmp_path / "manifests")
@@ -207,7 +207,7 @@ def test_a_session_takes_a_manifest_and_overlap_reads_ratings(tmp_path):
 
 
 def test_the_rating_app_asks_a_name_and_honours_manifests(tmp_path, fab_bench_dir):
-    from fabnb.rating import RatingApp, assign, write_manifests
+    from fabnb.qa.rating import RatingApp, assign, write_manifests
 
     qa = qa_folder(fab_bench_dir, tmp_path / "qa", 6)
     (qa / "broken.json").write_text("{not json")
@@ -239,7 +239,7 @@ def test_the_rating_app_asks_a_name_and_honours_manifests(tmp_path, fab_bench_di
 
 
 def test_the_app_notebook_in_the_repository_is_the_one_the_cli_serves(tmp_path):
-    from fabnb.rating import app_notebook
+    from fabnb.qa.rating import app_notebook
 
     assert (ROOT / "apps" / "rate.ipynb").read_text() == app_notebook(tmp_path / "rate.ipynb").read_text()
 
@@ -247,7 +247,7 @@ def test_the_app_notebook_in_the_repository_is_the_one_the_cli_serves(tmp_path):
 def test_fabnb_rate_prints_progress_and_refuses_a_missing_folder(tmp_path, fab_bench_dir):
     qa = qa_folder(fab_bench_dir, tmp_path / "qa", 3)
     store = RatingStore(tmp_path / "ratings")
-    from fabnb.datasets import read_qa_files
+    from fabnb.data.datasets import read_qa_files
 
     store.add("ana", read_qa_files(qa).pairs[0].test_id, FULL)
     run = subprocess.run([sys.executable, "-m", "fabnb.cli", "rate", "--qa", str(qa), "--ratings",
@@ -262,7 +262,7 @@ def test_fabnb_rate_prints_progress_and_refuses_a_missing_folder(tmp_path, fab_b
 
 def test_two_tabs_of_one_rater_keep_every_saved_field(tmp_path):
     """Tab A sets accuracy, tab B relevance, tab A difficulty: all three are the rating (B's once was lost)."""
-    from fabnb.widgets import RatingPanel
+    from fabnb.views.widgets import RatingPanel
 
     items = pd.DataFrame({"item_id": ["q1", "q2"], "question": ["Why?", "How?"]})
     store = RatingStore(tmp_path)
@@ -283,7 +283,7 @@ def test_two_tabs_of_one_rater_keep_every_saved_field(tmp_path):
 
 
 def test_rater_names_never_share_a_file_and_long_names_are_refused(tmp_path):
-    from fabnb.rating import MAX_RATER_NAME, rater_key
+    from fabnb.qa.rating import MAX_RATER_NAME, rater_key
 
     store = RatingStore(tmp_path)
     store.add("ana b", "q1", {"accuracy": 5})
@@ -300,7 +300,7 @@ def test_rater_names_never_share_a_file_and_long_names_are_refused(tmp_path):
 
 def test_a_folder_written_by_the_previous_release_still_reads(tmp_path):
     """Files named as before (``ana.jsonl``, ``ana.json``), whole-item records: found, read, and continued."""
-    from fabnb.rating import RatingApp
+    from fabnb.qa.rating import RatingApp
 
     (tmp_path / "ratings").mkdir()
     old = {"kind": "rating", "rater": "ana", "item_id": "q1", "comment": "ok",
@@ -319,7 +319,7 @@ def test_a_folder_written_by_the_previous_release_still_reads(tmp_path):
 
 
 def test_a_cut_line_in_a_raters_file_is_reported_once_naming_the_file_and_line(tmp_path):
-    from fabnb.records import CutRecordWarning
+    from fabnb.core.records import CutRecordWarning
 
     store = RatingStore(tmp_path)
     store.add("ana", "q1", {"accuracy": 4})
@@ -339,7 +339,7 @@ def test_a_cut_line_in_a_raters_file_is_reported_once_naming_the_file_and_line(t
 def test_one_rule_for_rater_names_in_the_store_and_raters(tmp_path, name, words):
     """Issue 46 item 9: --raters took '../../etc', 'a/b', 300 characters and names with a tab or newline (which
     broke links.tsv: after a restart that rater got a new token and the link already sent stopped working)."""
-    from fabnb.access import AccessError, issue_links
+    from fabnb.qa.access import AccessError, issue_links
 
     with pytest.raises(RatingError, match=words):
         RatingStore(tmp_path / "r").add(name, "GEN_001", {"accuracy": 3})
@@ -349,7 +349,7 @@ def test_one_rule_for_rater_names_in_the_store_and_raters(tmp_path, name, words)
 
 
 def test_comments_are_capped_and_a_longer_one_is_refused_with_nothing_saved(tmp_path):
-    from fabnb.rating import MAX_COMMENT
+    from fabnb.qa.rating import MAX_COMMENT
 
     store = RatingStore(tmp_path)
     store.add("ana", "GEN_001", {"accuracy": 3}, comment="x" * MAX_COMMENT)

@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from fabnb.records import CutRecordWarning, HeldError, ResultsStore, StoreError, append_jsonl, hold, read_jsonl
+from fabnb.core.records import CutRecordWarning, HeldError, ResultsStore, StoreError, append_jsonl, hold, read_jsonl
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def test_a_cut_line_is_reported_once_with_its_file_and_line_and_left_in_place(tm
 
 HOLDER = """
 import sys, time
-from fabnb.records import hold
+from fabnb.core.records import hold
 with hold(sys.argv[1], "a test"):
     print("held", flush=True)
     time.sleep(60)
@@ -102,7 +102,7 @@ def test_a_second_holder_is_refused_naming_the_process_and_a_killed_one_leaves_n
 
 def test_two_processes_appending_to_one_file_never_tear_a_line(tmp_path):
     path = tmp_path / "ana.jsonl"
-    code = ("import sys; from fabnb.records import append_jsonl\n"
+    code = ("import sys; from fabnb.core.records import append_jsonl\n"
             "for i in range(200): append_jsonl(sys.argv[1], {'w': sys.argv[2], 'i': i, 'pad': 'x' * 5000})")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(path), w]) for w in ("a", "b")]
     assert [p.wait() for p in procs] == [0, 0]
@@ -130,7 +130,7 @@ def test_a_stage_gives_back_the_bar_lock_a_stop_left_held_so_a_worker_threads_ba
 
     from tqdm.std import tqdm
 
-    from fabnb.records import release_bar_lock, stage_bar
+    from fabnb.core.records import release_bar_lock, stage_bar
 
     lock = tqdm.get_lock()
     lock.acquire()  # as the stop left it: taken twice over (tqdm's locks are re-entrant), never given back

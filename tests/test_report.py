@@ -6,7 +6,7 @@ import sys
 import pandas as pd
 import pytest
 
-from fabnb.claims import CLAIMS
+from fabnb.analysis.claims import CLAIMS
 from fabnb.cli import main
 
 from conftest import six_metric_frame
@@ -68,7 +68,7 @@ def test_figures_in_the_formats_asked_and_pyplot_left_as_it_was(tmp_path, capsys
     import matplotlib
     import matplotlib.pyplot as plt
 
-    from fabnb.report import reproduce
+    from fabnb.analysis.reproduction import reproduce
 
     scores = six_metric_frame(contexts=(4, 8, 16))
     before = matplotlib.get_backend()
@@ -111,9 +111,9 @@ def test_import_is_light():
 def test_one_system_one_window_one_mode_still_renders_and_each_section_says_what_it_needs(tmp_path):
     import numpy as np
 
-    from fabnb.report import reproduce
-    from fabnb.schema import METRICS
-    from fabnb.scores import check_scores, with_average
+    from fabnb.analysis.reproduction import reproduce
+    from fabnb.core.schema import METRICS
+    from fabnb.core.scores import check_scores, with_average
 
     rng = np.random.default_rng(0)
     rows = [{"system": "s", "model": "s", "context_k": 4.0, "mode": "A", "test_id": f"q{i}", "metric": m,

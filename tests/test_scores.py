@@ -1,8 +1,8 @@
 import pandas as pd
 import pytest
 
-from fabnb.schema import METRICS
-from fabnb.scores import ScoreError, check_scores, read_scores, require_models, sweep, with_average
+from fabnb.core.schema import METRICS
+from fabnb.core.scores import ScoreError, check_scores, read_scores, require_models, sweep, with_average
 
 from conftest import long_frame
 

@@ -1,10 +1,10 @@
-"""fabnb.stats against published worked examples (the others: ICC and alpha in test_rating, Wilson in
+"""fabnb.core.stats against published worked examples (the others: ICC and alpha in test_rating, Wilson in
 test_properties, McNemar and PPI by hand in test_judge)."""
 
 import numpy as np
 import pytest
 
-from fabnb.stats import mcnemar_paired, weighted_kappa, wilson_interval
+from fabnb.core.stats import mcnemar_paired, weighted_kappa, wilson_interval
 
 
 def test_kappa_matches_cohens_textbook_example():
@@ -40,7 +40,7 @@ def test_bootstrap_means_agree_with_the_normal_interval_on_a_large_sample():
     """For 400 questions of a known spread the percentile bootstrap is close to mean +/- 1.96 sd / sqrt(n)."""
     import pandas as pd
 
-    from fabnb.stats import bootstrap_means
+    from fabnb.core.stats import bootstrap_means
 
     rng = np.random.default_rng(3)
     values = rng.uniform(0, 1, 400)
@@ -55,7 +55,7 @@ def test_bootstrap_means_agree_with_the_normal_interval_on_a_large_sample():
 def test_bootstrap_means_resample_questions_not_rows_and_are_seeded_per_cell():
     import pandas as pd
 
-    from fabnb.stats import bootstrap_means
+    from fabnb.core.stats import bootstrap_means
 
     # Replicates of one question move together: 3 questions x 4 replicates is 3 clusters, not 12 rows.
     frame = pd.DataFrame({"cell": "x", "test_id": np.repeat(["q1", "q2", "q3"], 4),

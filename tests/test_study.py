@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fabnb.corpus import chunk_corpus, corpus_from_frame
+from fabnb.corpus.collection import chunk_corpus, corpus_from_frame
 from fabnb.judge import bootstrap_group_diff
-from fabnb.llm import LLM
-from fabnb.rating import RatingSession, RatingStore
-from fabnb.study import (
+from fabnb.models.llm import LLM
+from fabnb.qa.rating import RatingSession, RatingStore
+from fabnb.tester.study import (
     TABLES,
     StudyError,
     baseline_comparison,
@@ -25,7 +25,7 @@ from fabnb.study import (
     verdict_items,
     yield_table,
 )
-from fabnb.widgets import RatingPanel
+from fabnb.views.widgets import RatingPanel
 
 from gen_helpers import notebook_parameters
 from stub_openai import StubServer, completion
@@ -319,12 +319,12 @@ def test_the_whole_study_on_the_embedded_model(tmp_path, fab_bench):
     """Notebook 08's study (its parameters cell, its calls) on the real Gemma 3 270M: generated PDFs and real
     FAB-Bench documents, BM25 and MiniLM. The replies go to the suite's response cache, so the notebook, run
     later in the suite, replays them: the model's work is done once and checked here in detail."""
-    from fabnb.corpus import load_corpus
-    from fabnb.datasets import evidence_corpus
-    from fabnb.documents import DocumentSpec, write_documents
-    from fabnb.local import default_llm
-    from fabnb.study import generator_llms
-    from fabnb.testcases import ANSWER_SUPPORT, answer_support
+    from fabnb.corpus.collection import load_corpus
+    from fabnb.data.datasets import evidence_corpus
+    from fabnb.models.local import default_llm
+    from fabnb.qa.documents import DocumentSpec, write_documents
+    from fabnb.qa.testcases import ANSWER_SUPPORT, answer_support
+    from fabnb.tester.study import generator_llms
 
     nb = notebook_parameters("08_test_rag.ipynb")
     llm = default_llm()
@@ -368,7 +368,7 @@ def test_the_whole_study_on_the_embedded_model(tmp_path, fab_bench):
 
 def test_tables_when_every_verdict_failed_count_the_errors_and_invent_nothing():
     from fabnb.judge import VERDICT_COLUMNS
-    from fabnb.study import study_tables
+    from fabnb.tester.study import study_tables
 
     v = pd.DataFrame([{"system": "s", "model": "m", "context_k": 1.0, "mode": "A", "test_id": "t1",
                        "generator": "random", "status": "error", "cause": "not-json", "configuration": "s",

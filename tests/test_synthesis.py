@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from fabnb.synthesis import THETA_LINK, TOPIC_SEPARATION, multi_hop, multi_topic, needle_in_haystack, synthesize
+from fabnb.corpus.synthesis import THETA_LINK, TOPIC_SEPARATION, multi_hop, multi_topic, needle_in_haystack, synthesize
 
 
 def _rows(v, ids):

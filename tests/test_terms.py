@@ -3,8 +3,8 @@ import re
 import pandas as pd
 import pytest
 
-from fabnb import published
-from fabnb.terms import KnowledgeBase, KnowledgeBaseError, precision_level
+from fabnb.corpus.terms import KnowledgeBase, KnowledgeBaseError, precision_level
+from fabnb.data import published
 
 
 @pytest.fixture(scope="module")

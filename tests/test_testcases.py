@@ -5,9 +5,9 @@ import re
 
 import pytest
 
-from fabnb.llm import LLM
-from fabnb.passages import CoverageTracker, rank_by_complexity
-from fabnb.testcases import (
+from fabnb.corpus.passages import CoverageTracker, rank_by_complexity
+from fabnb.models.llm import LLM
+from fabnb.qa.testcases import (
     REFUSAL,
     absence_share,
     complex_passage_tests,

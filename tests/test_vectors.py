@@ -4,9 +4,9 @@ import pandas as pd
 import pytest
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from fabnb.corpus import chunk_corpus
-from fabnb.datasets import evidence_corpus
-from fabnb.vectors import neighbours, vectorize
+from fabnb.corpus.collection import chunk_corpus
+from fabnb.corpus.vectors import neighbours, vectorize
+from fabnb.data.datasets import evidence_corpus
 
 
 def test_vectors_equal_scikit_learn(evidence_chunks):
@@ -33,7 +33,7 @@ def test_neighbours_match_brute_force(evidence_chunks):
 def test_a_memory_bounded_block_gives_the_same_neighbours(evidence_chunks, monkeypatch):
     # At 904,000 chunks a 256-row block of float32 scores would take 925 MB: the block shrinks to fit
     # BLOCK_BYTES. Here a bound of 3 rows' worth must give exactly what larger blocks give.
-    from fabnb import vectors as vectors_module
+    from fabnb.corpus import vectors as vectors_module
 
     _, v = evidence_chunks
     rows = np.arange(0, len(v), 37)
@@ -102,7 +102,7 @@ def test_dask_gives_the_same_chunks_and_vectors(fab_bench, dask_client):
 @pytest.mark.filterwarnings("ignore")
 def test_vectorize_corpus_on_dask_gives_the_same_chunks_and_vectors_and_can_leave_the_texts(fab_bench, dask_client):
     """The way out for a corpus that does not fit: chunking and TF-IDF on the workers, the same results."""
-    from fabnb.vectors import _partitions, vectorize_corpus
+    from fabnb.corpus.vectors import _partitions, vectorize_corpus
 
     corpus = evidence_corpus(fab_bench)
     single = chunk_corpus(corpus, size=128, overlap=32)
@@ -127,8 +127,8 @@ def test_vectorize_corpus_on_dask_gives_the_same_chunks_and_vectors_and_can_leav
 
 
 def test_vectorize_corpus_without_a_cluster_says_how_to_start_one(fab_bench):
-    from fabnb.corpus import CorpusError
-    from fabnb.vectors import vectorize_corpus
+    from fabnb.corpus.collection import CorpusError
+    from fabnb.corpus.vectors import vectorize_corpus
 
     with pytest.raises(CorpusError, match=r"none is running: start one first .*Client\(\)"):
         vectorize_corpus(evidence_corpus(fab_bench))

@@ -1,4 +1,4 @@
-"""fabnb.voila: the Voilà that serves fabnb's pages logs no token (issue 46 item 3)."""
+"""fabnb.core.voila: the Voilà that serves fabnb's pages logs no token (issue 46 item 3)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import time
 import urllib.error
 import urllib.request
 
-from fabnb.pages import one_cell_notebook
-from fabnb.voila import SecretFilter, rater_of_env
+from fabnb.core.pages import one_cell_notebook
+from fabnb.core.voila import SecretFilter, rater_of_env
 
 
 def test_the_filter_scrubs_tokens_from_any_record():
@@ -36,14 +36,15 @@ def _free_port() -> int:
 
 
 def test_refused_and_accepted_requests_leave_no_token_in_the_log(tmp_path):
-    """A real ``python -m fabnb.voila`` behind a token: refused requests that carry a token are logged with
+    """A real ``python -m fabnb.core.voila`` behind a token: refused requests that carry a token are logged with
     ``token=[secret]`` (standalone Voilà logged ``403 GET /voila/files/x?token=...`` twice, in full)."""
     notebook = one_cell_notebook(tmp_path / "page.ipynb", "print('page')")
     port, secret = _free_port(), "fabnb-canary-token-5b1e"
     log_path = tmp_path / "voila.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "fabnb.voila", str(notebook), "--no-browser", f"--port={port}",
-                                 "--Voila.ip=127.0.0.1", f"--Voila.token={secret}", "--Voila.port_retries=0"],
+        proc = subprocess.Popen([sys.executable, "-m", "fabnb.core.voila", str(notebook), "--no-browser",
+                                 f"--port={port}", "--Voila.ip=127.0.0.1", f"--Voila.token={secret}",
+                                 "--Voila.port_retries=0"],
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp_path)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -75,7 +76,7 @@ def test_one_kernel_per_rater_and_a_cap_for_the_server(tmp_path, monkeypatch):
     import pytest
     from tornado import web
 
-    from fabnb.voila import RaterKernels
+    from fabnb.core.voila import RaterKernels
 
     monkeypatch.setenv("FABNB_MAX_KERNELS", "2")
 

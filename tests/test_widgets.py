@@ -6,10 +6,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fabnb.corpus import CorpusSession
-from fabnb.curation import CurationSession
-from fabnb.rating import RatingSession, RatingStore, rating_items
-from fabnb.widgets import CorpusInspector, QACurator, RatingPanel
+from fabnb.corpus.collection import CorpusSession
+from fabnb.qa.curation import CurationSession
+from fabnb.qa.rating import RatingSession, RatingStore, rating_items
+from fabnb.views.widgets import CorpusInspector, QACurator, RatingPanel
 
 from conftest import qa_folder
 
@@ -154,7 +154,7 @@ def test_corpus_inspector_search_and_segments(evidence_chunks):
 
 
 def test_corpus_session_lists_contexts_of_a_chunk(evidence_chunks):
-    from fabnb.synthesis import multi_hop
+    from fabnb.corpus.synthesis import multi_hop
 
     chunks, vectors = evidence_chunks
     contexts = multi_hop(chunks, vectors, n=3, seed=0)
@@ -179,8 +179,8 @@ def test_front_end_files_show_text_as_text_and_fetch_nothing(name):
 KILLED = """
 import os, signal, sys
 import pandas as pd
-from fabnb.rating import RatingSession, RatingStore
-from fabnb.widgets import RatingPanel
+from fabnb.qa.rating import RatingSession, RatingStore
+from fabnb.views.widgets import RatingPanel
 items = pd.DataFrame({"item_id": ["a", "b", "c"], "question": ["q1", "q2", "q3"]})
 panel = RatingPanel(RatingSession(items, "ana", RatingStore(sys.argv[1]), seed=0))
 panel.handle({"action": "rate", "dimension": "accuracy", "value": 5})
@@ -235,8 +235,8 @@ def test_front_end_cleanup_removes_every_listener(name):
 def test_rating_app_view_asks_a_name_then_shows_only_the_panel(tmp_path, fab_bench_dir, monkeypatch):
     import ipywidgets
 
-    from fabnb.rating import RatingApp
-    from fabnb.widgets import RatingAppView, rating_app
+    from fabnb.qa.rating import RatingApp
+    from fabnb.views.widgets import RatingAppView, rating_app
 
     qa = qa_folder(fab_bench_dir, tmp_path / "qa", 3)
     view = RatingAppView(RatingApp.from_folders(qa, tmp_path / "ratings"))
@@ -251,7 +251,7 @@ def test_rating_app_view_asks_a_name_then_shows_only_the_panel(tmp_path, fab_ben
     assert RatingStore(tmp_path / "ratings").ratings().rater.tolist() == ["ana"]
 
     # A refusal that quotes the name shows it escaped: text, never markup.
-    from fabnb.rating import assign, write_manifests
+    from fabnb.qa.rating import assign, write_manifests
 
     write_manifests(assign(view.app.items, ["ben", "chen"], per_item=2), tmp_path / "manifests")
     gated = RatingAppView(RatingApp.from_folders(qa, tmp_path / "ratings", tmp_path / "manifests"))
@@ -276,7 +276,7 @@ def test_download_links_are_relative_to_the_notebook_folder(tmp_path, monkeypatc
     """Once the href was the zip's absolute path on disk: Jupyter answered 404."""
     import zipfile
 
-    from fabnb.widgets import download_link
+    from fabnb.views.widgets import download_link
 
     work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
     (work / "outputs" / "run").mkdir(parents=True)
@@ -294,7 +294,7 @@ def test_download_links_are_relative_to_the_notebook_folder(tmp_path, monkeypatc
 
 
 def test_each_dimension_says_what_its_ends_mean(items, tmp_path):
-    from fabnb.rating import ANCHORS, DIMENSIONS
+    from fabnb.qa.rating import ANCHORS, DIMENSIONS
 
     panel = RatingPanel(RatingSession(items, "ana", RatingStore(tmp_path)))
     shown = {d["name"]: (d["low"], d["high"]) for d in panel.dimensions}

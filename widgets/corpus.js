@@ -1,4 +1,4 @@
-// Corpus inspector: a view over fabnb.corpus.CorpusSession (Python side: fabnb.widgets.CorpusInspector).
+// Corpus inspector: a view over fabnb.corpus.collection.CorpusSession (Python side: fabnb.views.widgets.CorpusInspector).
 // Chunk text arrives as segments and is shown with textContent; terms are <mark> elements made here.
 
 function h(tag, cls, text) {

@@ -1,4 +1,4 @@
-// QA curator: a view over fabnb.curation.CurationSession (Python side: fabnb.widgets.QACurator).
+// QA curator: a view over fabnb.qa.curation.CurationSession (Python side: fabnb.views.widgets.QACurator).
 // Every text from QA files goes through textContent, never innerHTML.
 
 function h(tag, cls, text) {

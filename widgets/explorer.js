@@ -1,4 +1,4 @@
-// Results explorer: a view over fabnb.explorer.Explorer (Python side: fabnb.widgets.ResultsExplorer).
+// Results explorer: a view over fabnb.views.explorer.Explorer (Python side: fabnb.views.widgets.ResultsExplorer).
 // Only the visible page of rows is sent; every text (questions, answers, passages, reasons) is shown
 // with textContent, so nothing in them can inject markup or script.
 

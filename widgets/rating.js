@@ -1,4 +1,4 @@
-// Rating panel: a view over fabnb.rating.RatingSession (Python side: fabnb.widgets.RatingPanel).
+// Rating panel: a view over fabnb.qa.rating.RatingSession (Python side: fabnb.views.widgets.RatingPanel).
 // Every text from QA files or LLM output goes through textContent, never innerHTML.
 
 function h(tag, cls, text) {

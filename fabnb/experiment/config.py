@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..core.schema import METRICS, TEST_TYPES
 from ..judge.rubrics import RUBRIC_VERSION
-from ..schema import METRICS, TEST_TYPES
 from .fields import (
     _FIGURE_FORMATS,
     MAX_WINDOWS,
@@ -126,7 +126,7 @@ class CorpusSpec:
 
 def _check_corpus_folder(source: str, where: str, text: str | None) -> None:
     """A corpus source must be a folder (or a file) holding at least one readable document."""
-    from ..corpus import FORMATS as DOCUMENT_SUFFIXES
+    from ..corpus.collection import FORMATS as DOCUMENT_SUFFIXES
 
     path = Path(source)
     line = _line_of(text, "source")
@@ -237,8 +237,8 @@ class ReportSpec:
 
     compare_published: bool = False
     figures: tuple = ("png", "svg")  # the formats of report/figures/; () draws none
-    bootstrap: int = 2000  # draws of every interval (fabnb.stats.N_BOOT)
-    seed: int = 0  # their seed (fabnb.stats.SEED)
+    bootstrap: int = 2000  # draws of every interval (fabnb.core.stats.N_BOOT)
+    seed: int = 0  # their seed (fabnb.core.stats.SEED)
 
     @classmethod
     def from_table(cls, r: dict, where: str, text: str | None = None) -> "ReportSpec":
@@ -357,7 +357,7 @@ class Experiment:
         """
         import tomllib
 
-        from ..files import MAX_FILE_BYTES, FileRefused, read_text
+        from ..core.files import MAX_FILE_BYTES, FileRefused, read_text
 
         path = Path(path)
         try:  # a regular file of at most 1 MB, UTF-8 (a byte-order mark is dropped: TOML does not allow one)
@@ -430,7 +430,7 @@ class Experiment:
         return self.contexts.configs()
 
     def pairs(self):
-        from ..datasets import load_fab_bench, read_qa_files
+        from ..data.datasets import load_fab_bench, read_qa_files
 
         if self.questions_source == "fab-bench":
             return list(load_fab_bench())
@@ -459,13 +459,13 @@ class Experiment:
         return frame.reset_index(drop=True)
 
     def documents(self, questions: pd.DataFrame | None = None):
-        """The corpus (a :class:`fabnb.corpus.Corpus`) when a system retrieves from it (a reference system or a
-        framework); else None. ``questions``: :meth:`questions`, when the caller has them (``distractors``
+        """The corpus (a :class:`fabnb.corpus.collection.Corpus`) when a system retrieves from it (a reference system
+        or a framework); else None. ``questions``: :meth:`questions`, when the caller has them (``distractors``
         keeps their gold documents)."""
         if not any(s.uses_endpoint for s in self.systems):
             return None
-        from ..corpus import load_corpus
-        from ..datasets import evidence_corpus, load_fab_bench
+        from ..corpus.collection import load_corpus
+        from ..data.datasets import evidence_corpus, load_fab_bench
 
         corpus = (evidence_corpus(list(load_fab_bench())) if self.corpus_source == "fab-bench-evidence"
                   else load_corpus(self.corpus_source))
@@ -482,7 +482,7 @@ class Experiment:
             return None
         import warnings
 
-        from ..corpus import chunk_corpus
+        from ..corpus.collection import chunk_corpus
 
         corpus = self.documents(questions) if documents is None else documents
         with warnings.catch_warnings():

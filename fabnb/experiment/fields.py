@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import FabnbError
+from ..core.errors import FabnbError
 
 __all__ = ["MAX_WINDOWS", "RANGES", "ExperimentError"]
 

@@ -31,8 +31,8 @@ FAILURE_COLUMNS = ["system", "stage", "cause", "cells"]
 
 def stores(out: Path):
     """The answer store and the score store of an output folder."""
+    from ..core.records import ResultsStore
     from ..judge import score_store
-    from ..records import ResultsStore
 
     return ResultsStore(out / "answers.jsonl"), score_store(out / "scores.jsonl")
 
@@ -213,7 +213,7 @@ def spent(t: pd.DataFrame) -> float:
 
 def stored(exp: Experiment, questions: pd.DataFrame):
     """The planned cells' answers and scores as the stores hold them (empty frames for a folder not made yet)."""
-    from ..schema import RESULT_COLUMNS, SCORE_RECORD_COLUMNS
+    from ..core.schema import RESULT_COLUMNS, SCORE_RECORD_COLUMNS
 
     if not exp.output.exists():
         return pd.DataFrame(columns=RESULT_COLUMNS), pd.DataFrame(columns=SCORE_RECORD_COLUMNS)

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..errors import FabnbError
+from ..core.errors import FabnbError
+from ..core.records import cell_key
+from ..core.schema import RESULT_KEYS, SCORE_RECORD_KEYS
+from ..core.tokens import count_tokens
 from ..judge.rubrics import rubric_variant
-from ..records import cell_key
-from ..schema import RESULT_KEYS, SCORE_RECORD_KEYS
-from ..tokens import count_tokens
 from .config import Experiment
 from .output import stores
 from .prices import cost_of, price_of, price_text
@@ -170,7 +170,7 @@ def kept_probes(folder: Path) -> pd.DataFrame:
     row per endpoint identity; empty when there is none, or it cannot be read (then the endpoints are probed)."""
     import json
 
-    from ..files import FileRefused, read_text
+    from ..core.files import FileRefused, read_text
 
     try:
         data = json.loads(read_text(Path(folder) / PROBES_FILE, setting="the kept probes", max_bytes=1024 * 1024))

@@ -1,7 +1,7 @@
 """What calls cost: the price table as data (each price with its date and source), and the arithmetic.
 
 Prices are dollars per million ``input`` (prompt) and ``output`` (completion) tokens,
-the vocabulary of the experiment file's ``[prices]`` table and of :class:`fabnb.llm.LLM`.
+the vocabulary of the experiment file's ``[prices]`` table and of :class:`fabnb.models.llm.LLM`.
 
 Examples
 --------

@@ -6,7 +6,7 @@ a run is (its stage, done of total, the rate and the ETA), rewritten at most onc
 folder as an experiment's run: JupyterLab's runs sidebar finds runs by it (:func:`find_runs`) and opens it,
 by double-click, in the results viewer. :func:`run_status` reads the marker, the manifest and the progress
 file (never a store) and says what a run is doing. "In flight" comes from the run's lock on its folder
-(:func:`fabnb.records.held_by`): a killed run, whose manifest still says ``running``, reads ``interrupted``.
+(:func:`fabnb.core.records.held_by`): a killed run, whose manifest still says ``running``, reads ``interrupted``.
 
 Examples
 --------
@@ -28,7 +28,7 @@ import os
 import time
 from pathlib import Path
 
-from ..records import held_by
+from ..core.records import held_by
 from .output import now, write_json
 
 __all__ = ["MARKER", "PROGRESS", "RUN_STATES", "ProgressFile", "find_runs", "read_progress", "run_status",

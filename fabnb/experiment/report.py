@@ -1,5 +1,5 @@
 """The report of an experiment folder: ``summary.md`` (every mean with its coverage), ``coverage.csv``,
-``reference.csv`` and ``report/`` (:func:`fabnb.report.reproduce` on the run's own scores)."""
+``reference.csv`` and ``report/`` (:func:`fabnb.analysis.reproduction.reproduce` on the run's own scores)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def coverage(exp: Experiment, questions: pd.DataFrame, scores: pd.DataFrame) -> 
     -------
     DataFrame
         system, context_k, mode, metric, score (mean of the ok scores, None if none), ci_low, ci_high
-        (95% bootstrap over questions, :func:`fabnb.stats.bootstrap_means`, with the experiment's
+        (95% bootstrap over questions, :func:`fabnb.core.stats.bootstrap_means`, with the experiment's
         ``[report] bootstrap`` and ``seed``; None for fewer than two questions), n (ok scores),
         planned (questions x replicates), flagged (ok scores with a sanity flag), score_unflagged
         (the mean without them), shown (``0.812 [0.790, 0.833] (n = 1,184 / 1,200)``).
@@ -50,7 +50,7 @@ def coverage(exp: Experiment, questions: pd.DataFrame, scores: pd.DataFrame) -> 
     >>> coverage(exp, pd.DataFrame({"test_id": ["q1", "q2", "q3"]}), scores.head(1))["shown"].tolist()
     ['0.500, no interval (n = 1 / 3)']
     """
-    from ..stats import bootstrap_means
+    from ..core.stats import bootstrap_means
 
     planned = len(questions) * exp.replicates
     cell = ["system", "context_k", "mode", "metric"]
@@ -106,14 +106,14 @@ def _per_question(scores: pd.DataFrame) -> pd.DataFrame:
 
 
 def question_scores(exp: Experiment, questions: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The experiment's judge scores as a per-question score frame, for :mod:`fabnb.analysis` and
-    :mod:`fabnb.intervals`.
+    """The experiment's judge scores as a per-question score frame, for :mod:`fabnb.analysis.curves` and
+    :mod:`fabnb.analysis.intervals`.
 
     Returns
     -------
     DataFrame
         system, model, context_k, mode, test_id, metric, score: the ok scores of the planned cells, replicates
-        averaged (no ``average`` rows: :func:`fabnb.scores.with_average` adds them).
+        averaged (no ``average`` rows: :func:`fabnb.core.scores.with_average` adds them).
     """
     questions = exp.questions() if questions is None else questions
     return _per_question(stored(exp, questions)[1])
@@ -121,14 +121,14 @@ def question_scores(exp: Experiment, questions: pd.DataFrame | None = None) -> p
 
 def _analyses(exp: Experiment, out: Path, per_question: pd.DataFrame) -> str:
     """``report/`` from the per-question scores (both modes where both ran); '' when written, else why not."""
-    from ..report import reproduce
-    from ..scores import ScoreError, check_scores, with_average
+    from ..analysis.reproduction import reproduce
+    from ..core.scores import ScoreError, check_scores, with_average
 
     if not len(per_question):
         return "No scores yet: the analyses come with the judge stage."
     frame = per_question.assign(model=per_question["system"])  # the analyses compare systems; a model may serve several
     if exp.compare_published:
-        from .. import published
+        from ..data import published
 
         pub = published.scores()
         pub = pub[pub["context_k"].notna() & pub["model"].isin(published.PRIMARY_MODELS)]
@@ -149,7 +149,7 @@ def _analyses(exp: Experiment, out: Path, per_question: pd.DataFrame) -> str:
 def _judged_by_itself(exp: Experiment) -> list[str]:
     """The systems whose answering model is the judge's (the embedded model is one model wherever it serves)."""
     def name(endpoint, model: str) -> str:
-        from ..local import MODEL_ALIAS
+        from ..models.local import MODEL_ALIAS
 
         return MODEL_ALIAS if endpoint.embedded else (model or "").strip().lower()
 
@@ -172,7 +172,7 @@ def caveats(exp: Experiment, questions: pd.DataFrame, scores: pd.DataFrame, cov:
     list of str
         One sentence per caveat; empty when none applies.
     """
-    from ..analysis import MIN_FIT_WINDOWS
+    from ..analysis.curves import MIN_FIT_WINDOWS
 
     out = []
     n_q = len(questions)
@@ -235,7 +235,7 @@ def _flag_section(scores: pd.DataFrame) -> list[str]:
 
 def _gap_section(exp: Experiment, per_question: pd.DataFrame) -> list[str]:
     """Mode B - mode A per system and window (where both modes ran)."""
-    from ..intervals import mode_gap
+    from ..analysis.intervals import mode_gap
 
     if not len(per_question) or not {"A", "B"} <= set(per_question["mode"]):
         return []
@@ -260,8 +260,8 @@ def _gap_section(exp: Experiment, per_question: pd.DataFrame) -> list[str]:
 
 def write_report(exp: Experiment, questions: pd.DataFrame | None = None, held: tuple | None = None) -> Path:
     """``summary.md`` (caveats, plan against done, failures, cost, every mean with its interval and coverage, judge
-    sanity flags, mode B - A), ``reference.csv`` and ``report/`` (:func:`fabnb.report.reproduce` on these scores),
-    from the stores as they are.
+    sanity flags, mode B - A), ``reference.csv`` and ``report/`` (:func:`fabnb.analysis.reproduction.reproduce` on
+    these scores), from the stores as they are.
 
     ``held``: the stores' frames (:func:`fabnb.experiment.stored`) when the caller has read them already.
     Returns the path of ``summary.md``.

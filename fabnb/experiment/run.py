@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 
 from .. import __version__
-from ..errors import FabnbError
+from ..core.errors import FabnbError
+from ..core.records import cut_records, hold, release_bar_lock
 from ..judge.rubrics import RUBRIC_VERSION
-from ..records import cut_records, hold, release_bar_lock
 from .config import Experiment, ExperimentError
 from .output import (
     check_output,
@@ -96,7 +96,7 @@ def _start_manifest(exp: Experiment, old: dict | None, plan_: Plan, questions: p
             "fabnb": __version__, "versions": versions(), "rubric_version": RUBRIC_VERSION, "seed": exp.seed,
             "signatures": signatures, "question_ids": list(questions["test_id"]),
             "questions_source": exp.questions_source,
-            "statistics": {"interval": "95% percentile bootstrap over questions (fabnb.stats.bootstrap_means)",
+            "statistics": {"interval": "95% percentile bootstrap over questions (fabnb.core.stats.bootstrap_means)",
                            "bootstrap_draws": exp.report.bootstrap, "bootstrap_seed": exp.report.seed},
             "endpoints": {**(old or {}).get("endpoints", {}), **endpoints},
             "runs": (old or {}).get("runs", []) + [{"started": now(), "ended": None, "status": "running"}],

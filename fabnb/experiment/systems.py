@@ -128,11 +128,11 @@ class Endpoint:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
 
     def llm(self, *, concurrency: int = 8, n_ctx: int = 8192, logprobs: bool = False, timeout: float = 120.0):
-        """The :class:`fabnb.llm.LLM` (the embedded model's shared server for ``"embedded"``)."""
-        from ..llm import LLM
+        """The :class:`fabnb.models.llm.LLM` (the embedded model's shared server for ``"embedded"``)."""
+        from ..models.llm import LLM
 
         if self.embedded:
-            from ..local import shared_server
+            from ..models.local import shared_server
 
             return shared_server(logits_all=logprobs, n_ctx=n_ctx).llm()
         return LLM(self.model, self.url(), self.api_key(), concurrency=concurrency, timeout=timeout,
@@ -251,7 +251,7 @@ class SystemSpec:
         """The model label the stores use: for the embedded model, the name its server serves it under (what the
         answers record), so that the plan, the stores and the manifest name it alike."""
         if self.uses_endpoint and self.endpoint.embedded:
-            from ..local import MODEL_ALIAS
+            from ..models.local import MODEL_ALIAS
 
             return MODEL_ALIAS
         return self.endpoint.model or self.settings.get("model") or self.kind
@@ -279,8 +279,8 @@ class SystemSpec:
     def build(self, chunks: pd.DataFrame | None, concurrency: int = 8, documents: pd.DataFrame | None = None,
               chunking: dict | None = None):
         """The :class:`fabnb.rag.RAGSystem`; the reference system builds its retriever over ``chunks``, a framework
-        its pipeline over ``documents`` (a :class:`fabnb.corpus.Corpus`, or a frame of ``doc_id``, ``text``) chunked as
-        ``chunking`` says."""
+        its pipeline over ``documents`` (a :class:`fabnb.corpus.collection.Corpus`, or a frame of ``doc_id``,
+        ``text``) chunked as ``chunking`` says."""
         from .. import rag
 
         if self.kind == "reference":

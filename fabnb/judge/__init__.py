@@ -9,7 +9,7 @@ before it is imported.
 - :func:`judge_results` scores a RAG results store (:mod:`fabnb.rag`) into a score
   store, one record per (system, model, context, mode, question, metric, replicate),
   written as each score arrives; an interrupted run resumes without re-scoring a cell.
-  Judge calls go through :class:`fabnb.llm.LLM` (cache, bounded concurrency, retries).
+  Judge calls go through :class:`fabnb.models.llm.LLM` (cache, bounded concurrency, retries).
 - Probability weighting as G-Eval defines it: with top logprobs from the judge's
   server, the score is the probability-weighted mean over the score tokens; without,
   the plain integer. :class:`JudgeModel` gives DeepEval the raw responses it needs for
@@ -30,13 +30,13 @@ The package, by subject: :mod:`~fabnb.judge.rubrics` (rubrics, scale, the reply 
 processes), :mod:`~fabnb.judge.reference`
 (no LLM), :mod:`~fabnb.judge.sanity` (flags on scores not to take at face value, no LLM) and
 :mod:`~fabnb.judge.oracle` (RAG-TESTER's oracle and verdict tables). The
-statistics live in :mod:`fabnb.stats` and are re-exported here under their old names.
+statistics live in :mod:`fabnb.core.stats` and are re-exported here under their old names.
 """
 
 # Compact re-exports: one statement per module, several names per line.
 # isort: off
 from __future__ import annotations
-from ..stats import bootstrap_group_diff, bootstrap_rate_diff, mcnemar_paired, ppi_mean
+from ..core.stats import bootstrap_group_diff, bootstrap_rate_diff, mcnemar_paired, ppi_mean
 from .geval import (JudgeRun, geval_metric, judge_expert_agreement, judge_model, judge_results, logprobs_supported,
                     reason_score_schema, replicate_spread, score_answer, score_one, score_store, to_score_frame,
                     weighted_score)

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..llm import LLMError
-from ..records import ResultsStore, StageRun, hold, stage_bar
-from ..schema import METRICS, SCORE_RECORD_COLUMNS, SCORE_RECORD_KEYS
-from ..tokens import truncate_tokens
+from ..core.records import ResultsStore, StageRun, hold, stage_bar
+from ..core.schema import METRICS, SCORE_RECORD_COLUMNS, SCORE_RECORD_KEYS
+from ..core.tokens import truncate_tokens
+from ..models.llm import LLMError
 from .rubrics import (
     BANDS,
     RUBRIC_VERSION,
@@ -172,7 +172,7 @@ def _judge_model_class():
 
 def judge_model(llm, logprobs: bool = True, max_tokens: int = 400, schema: bool = True, temperature: float = 0.0,
                 reason_chars: int = 400):
-    """A DeepEval model over any OpenAI-compatible :class:`fabnb.llm.LLM`.
+    """A DeepEval model over any OpenAI-compatible :class:`fabnb.models.llm.LLM`.
 
     It implements ``generate_raw_response`` / ``a_generate_raw_response``, which is
     how DeepEval's G-Eval gets top logprobs for probability weighting from a model it
@@ -372,7 +372,7 @@ def score_one(llm, metric: str, **kwargs) -> dict:
     --------
     It calls a judge model (here the embedded one; the suite runs it with the ``model`` tests).
 
-    >>> from fabnb.local import default_llm
+    >>> from fabnb.models.local import default_llm
     >>> out = score_one(default_llm(logprobs=True), "depth", question="Why are wafers polished?",
     ...                 answer="So that lithography can focus on a flat surface.", logprobs=True)
     >>> 0.0 <= out["score"] <= 1.0, out["scoring"] in ("weighted", "integer")
@@ -382,7 +382,7 @@ def score_one(llm, metric: str, **kwargs) -> dict:
 
 
 class JudgeRun(StageRun):
-    """What :func:`judge_results` did: a :class:`fabnb.records.StageRun`; ``scored`` is its ``done``."""
+    """What :func:`judge_results` did: a :class:`fabnb.core.records.StageRun`; ``scored`` is its ``done``."""
 
     _done_name = "scored"
 
@@ -468,7 +468,7 @@ def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, me
         ``fabnb.rag.ResultsStore(...).frame()``; only ``status == "ok"`` rows are judged.
     questions : DataFrame
         test_id, question, ground_truth_answer, question_format (:func:`fabnb.rag.questions_frame`).
-    llm : fabnb.llm.LLM
+    llm : fabnb.models.llm.LLM
         The judge. Its ``concurrency`` bounds the calls in flight.
     store : ResultsStore or path
         :func:`score_store`; a scored cell is not scored again.
@@ -545,7 +545,8 @@ def judge_results(results: pd.DataFrame, questions: pd.DataFrame, llm, store, me
 
 
 def to_score_frame(scores: pd.DataFrame, by=("system", "model", "context_k", "mode", "metric")) -> pd.DataFrame:
-    """Judge scores as the kit's score frame (``fabnb.scores``), ready for ``fabnb.analysis`` and ``fabnb.plots``.
+    """Judge scores as the kit's score frame (``fabnb.core.scores``), ready for ``fabnb.analysis.curves`` and
+    ``fabnb.analysis.plots``.
 
     Successful scores are averaged over questions and replicates per ``by``.
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..llm import parse_json
-from ..records import ResultsStore
-from ..schema import RESULT_KEYS
-from ..stats import bootstrap_rate_diff, mcnemar_paired, wilson_interval
-from ..text import QUOTE_SHARE, quoted_share
+from ..core.records import ResultsStore
+from ..core.schema import RESULT_KEYS
+from ..core.stats import bootstrap_rate_diff, mcnemar_paired, wilson_interval
+from ..core.text import QUOTE_SHARE, quoted_share
+from ..models.llm import parse_json
 from .rubrics import JudgeError, injection_flags
 
 __all__ = ['ORACLE_CRITERIA', 'ORACLE_SCHEMA', 'PAIR_COLUMNS', 'REFUSAL_PATTERNS', 'VERDICT_COLUMNS', 'VERDICT_KEYS',

@@ -7,7 +7,7 @@ import re
 
 import pandas as pd
 
-from ..errors import CausedError
+from ..core.errors import CausedError
 
 __all__ = ['BANDS', 'INJECTION_PATTERNS', 'JudgeError', 'PLACEHOLDER_REASONS', 'RUBRICS', 'RUBRIC_VERSION', 'SCALE',
            'STEPS', 'injection_flags', 'read_judgement', 'rubric_frame', 'rubric_variant']

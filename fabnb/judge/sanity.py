@@ -24,8 +24,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..schema import RESULT_KEYS
-from ..text import repetition_share, word_measures
+from ..core.schema import RESULT_KEYS
+from ..core.text import repetition_share, word_measures
 
 __all__ = ["FLAGS", "HIGH_SCORE", "MIN_REASON_WORDS", "NEAR_EMPTY_WORDS", "REPETITION_SHARE", "answer_measures",
            "judge_flags", "repetition_share"]
@@ -69,7 +69,7 @@ def answer_measures(answers: pd.DataFrame) -> pd.DataFrame:
 
     The grid stores both with each answer (tokenizing 8,800 answers was a third of the results viewer's cold
     open); an answer stored without them (an older store, a file of the user's) gets them here, from the same
-    :func:`fabnb.text.word_measures`.
+    :func:`fabnb.core.text.word_measures`.
 
     >>> answer_measures(pd.DataFrame({"answer": ["a b c a b c", None]})).to_dict("list")
     {'answer_words': [6.0, nan], 'answer_repetition': [0.25, nan]}
@@ -93,7 +93,7 @@ def judge_flags(scores: pd.DataFrame, answers: pd.DataFrame | None = None) -> pd
     Parameters
     ----------
     scores : DataFrame
-        A score store's frame: the :data:`fabnb.schema.RESULT_KEYS`, metric, replicate, status, score (0-1),
+        A score store's frame: the :data:`fabnb.core.schema.RESULT_KEYS`, metric, replicate, status, score (0-1),
         and where present weighted_score, reason. Only ``ok`` scores are flagged.
     answers : DataFrame, optional
         A results store's frame (the keys and answer): the answer flags need it.

@@ -6,7 +6,7 @@ is asked: this process scores the first on its own event loop, and N - 1 worker 
 ``concurrency / N`` calls in flight. Every worker appends to the one score store, which this
 process holds (``records.hold``) for the whole stage: no cell is asked twice and a budget's
 ``limit`` counts every cell. The judge's key reaches a worker in its environment, never in a file
-or an argument; the rest of the worker's client is :meth:`fabnb.llm.LLM.settings`. A worker dies
+or an argument; the rest of the worker's client is :meth:`fabnb.models.llm.LLM.settings`. A worker dies
 with this process (``process.start_process``), so a killed run leaves no worker asking.
 """
 
@@ -39,12 +39,12 @@ def judge_in_workers(cells: list[tuple], questions: dict, llm, store, settings: 
     ``here(cells, questions, llm, store, settings, bar)`` scores this process's shard; a worker calls ``entry``
     (``"module:function"``, called with the worker's spec and its LLM) on its own. Named, not imported: this module
     sits below the stage that uses it. ``extra`` goes into every worker's spec."""
-    from ..llm import LLM
-    from ..process import start_process, stop_process
+    from ..core.process import start_process, stop_process
+    from ..models.llm import LLM
 
     if type(llm) is not LLM:
-        raise ValueError(f"workers > 1 needs a plain fabnb.llm.LLM judge, not a {type(llm).__name__} (the embedded "
-                         "model serves one call at a time: more processes would only queue at its server).")
+        raise ValueError(f"workers > 1 needs a plain fabnb.models.llm.LLM judge, not a {type(llm).__name__} (the "
+                         "embedded model serves one call at a time: more processes would only queue at its server).")
     parts = shards(cells, workers)
     share = max(1, llm.concurrency // workers)
     spec = {"llm": {**llm.settings(), "concurrency": share}, "store": str(store.path), "settings": settings,
@@ -94,7 +94,7 @@ def main(argv: list[str]) -> int:
     as its last line."""
     import importlib
 
-    from ..llm import LLM
+    from ..models.llm import LLM
 
     spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     llm = LLM(api_key=os.environ.get(_KEY_VARIABLE), **spec["llm"])

@@ -3,7 +3,7 @@
 The routes of :mod:`fabnb.jupyter.server` only parse a request and call these. Each takes the server's root
 and paths relative to it, confines them there (:func:`confine`), and returns JSON-ready data; a problem is an
 :class:`ApiError` with the HTTP status and a message that names the file and what to do. The results views
-read through :class:`Results`, which keeps one :class:`fabnb.explorer.Explorer` per run folder (made again
+read through :class:`Results`, which keeps one :class:`fabnb.views.explorer.Explorer` per run folder (made again
 when a store grows) and answers in pages.
 
 Examples
@@ -27,12 +27,12 @@ import threading
 import warnings
 from pathlib import Path
 
-from ..errors import FabnbError
+from ..core.errors import FabnbError
 
 __all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "ApiError", "Results", "confine", "doctor", "loads", "new_experiment",
            "plan", "rate_page", "runs", "text_field"]
 
-#: Filters the results viewer may send (:meth:`fabnb.explorer.Explorer.filter`'s keys), and how each is read.
+#: Filters the results viewer may send (:meth:`fabnb.views.explorer.Explorer.filter`'s keys), and how each is read.
 _FILTER_TYPES = {"system": str, "model": str, "context_k": float, "mode": str, "test_type": str,
                  "question_format": str, "metric": str, "score_min": float, "score_max": float,
                  "judge_failures": bool, "retrieval_miss": bool, "flagged": str, "state": str, "text": str}
@@ -98,9 +98,9 @@ def plan(root: str | Path, rel: str) -> dict:
         of the output folder when a run holds it), confirm (why the run must be confirmed before it starts,
         :meth:`fabnb.experiment.Plan.confirmation`, or None).
     """
+    from ..core.records import held_by
     from ..experiment import Experiment, run_experiment
     from ..experiment.output import json_records
-    from ..records import held_by
 
     path = confine(root, rel)
     try:
@@ -127,8 +127,8 @@ def plan(root: str | Path, rel: str) -> dict:
 
 def doctor() -> list[dict]:
     """``fabnb doctor``'s table (area, check, status, detail, fix), without starting the embedded model."""
-    from ..doctor import check
     from ..experiment.output import json_records
+    from ..views.doctor import check
 
     return json_records(check(model=False, endpoint=False))
 
@@ -139,7 +139,7 @@ def new_experiment(root: str | Path, folder: str, name: str = "experiment.toml")
     Returns the new file's path relative to the root; an existing file is never overwritten (``-1``, ``-2`` ...
     are added to the name).
     """
-    from ..paths import shipped
+    from ..core.paths import shipped
 
     where = confine(root, folder or ".")
     if not where.is_dir():
@@ -158,14 +158,14 @@ def new_experiment(root: str | Path, folder: str, name: str = "experiment.toml")
 
 def rate_page(root: str | Path, folder: str) -> str:
     """Write ``rate.ipynb`` (the rating app's one cell, which Voilà renders) into ``folder``; its path."""
-    from ..pages import one_cell_notebook
+    from ..core.pages import one_cell_notebook
 
     where = confine(root, folder or ".")
     if not where.is_dir():
         raise ApiError(f"{folder!r} is not a folder under the server's root.")
     page = where / "rate.ipynb"
     if not page.exists():
-        one_cell_notebook(page, "from fabnb.widgets import rating_app\n\nrating_app()")
+        one_cell_notebook(page, "from fabnb.views.widgets import rating_app\n\nrating_app()")
     return _rel(root, page)
 
 
@@ -190,7 +190,7 @@ def _filters(query: dict) -> dict:
 
 def _page(frame, page: int, size: int) -> dict:
     """One page of a frame as the browser gets it: total, page, columns, rows (only that page's)."""
-    from ..explorer import plain_rows
+    from ..views.explorer import plain_rows
 
     page = max(0, int(page))
     return {"total": int(len(frame)), "page": page, "columns": list(frame.columns),
@@ -198,7 +198,7 @@ def _page(frame, page: int, size: int) -> dict:
 
 
 class Results:
-    """The results views' data: one :class:`fabnb.explorer.Explorer` per run folder, kept while its stores
+    """The results views' data: one :class:`fabnb.views.explorer.Explorer` per run folder, kept while its stores
     stay the same size, answered in pages of ``page_size`` rows."""
 
     def __init__(self, root: str | Path, page_size: int = 50):
@@ -215,7 +215,8 @@ class Results:
             return None
 
         def imports():
-            from .. import explorer, judge, rag  # noqa: F401
+            from .. import judge, rag  # noqa: F401
+            from ..views import explorer  # noqa: F401
 
         self._warming = threading.Thread(target=imports, name="fabnb-warm", daemon=True)
         self._warming.start()
@@ -230,7 +231,7 @@ class Results:
     def explorer(self, rel: str):
         """The folder's explorer and the notes about what it skipped (cut lines); :class:`ApiError` when the
         folder cannot be read, naming the file."""
-        from ..explorer import Explorer
+        from ..views.explorer import Explorer
 
         folder = self._folder(rel)
         stamp = tuple((p.stat().st_size, p.stat().st_mtime_ns) if p.exists() else None
@@ -302,8 +303,8 @@ class Results:
         return {**_page(ex.view(), page, ex.page_size), "page_size": ex.page_size}
 
     def cell(self, rel: str, key: dict) -> dict:
-        """One cell in full (:meth:`fabnb.explorer.Explorer.detail`)."""
-        from ..schema import RESULT_KEYS
+        """One cell in full (:meth:`fabnb.views.explorer.Explorer.detail`)."""
+        from ..core.schema import RESULT_KEYS
 
         ex, _ = self.explorer(rel)
         missing = [k for k in RESULT_KEYS if k not in key]

@@ -2,7 +2,7 @@
 
 A run started from JupyterLab outlives a closed tab or a reloaded page. It reads its endpoint variables from
 the server's environment. A second run on a folder that a run holds is refused, naming the holder (the lock
-of :func:`fabnb.records.hold`, so a run started from a terminal counts too). *Stop* sends SIGINT, the stop a
+of :func:`fabnb.core.records.hold`, so a run started from a terminal counts too). *Stop* sends SIGINT, the stop a
 rerun resumes; when the server itself ends, its runs get SIGTERM (Linux), which ``fabnb run`` takes as the
 same clean stop. Each run writes its output to ``run.log`` in its folder.
 """
@@ -48,9 +48,9 @@ class Jobs:
         environment lacks, an output folder outside the root, a folder a run holds, a plan above the
         confirmation threshold without ``yes`` (409; JupyterLab's Run asks and sends it again with yes).
         """
-        from ..errors import FabnbError
+        from ..core.errors import FabnbError
+        from ..core.records import held_by
         from ..experiment import Experiment
-        from ..records import held_by
 
         path = confine(self.root, rel)
         with self._lock:  # two Run presses at once: the second sees the first's process
@@ -77,8 +77,8 @@ class Jobs:
             return self._spawn(path, out, rel, p["output"], exp.name, yes)
 
     def _spawn(self, path: Path, out: Path, rel: str, out_rel: str, name: str, yes: bool = False) -> dict:
+        from ..core.process import start_process
         from ..experiment.progress import write_marker
-        from ..process import start_process
 
         out.mkdir(parents=True, exist_ok=True)
         write_marker(out, name, str(path))  # the sidebar shows the run while it starts (its model, its corpus)
@@ -94,7 +94,7 @@ class Jobs:
 
     def stop(self, rel: str) -> dict:
         """Stop the run that holds folder ``rel`` with SIGINT (started here or from a terminal by this user)."""
-        from ..records import held_by
+        from ..core.records import held_by
 
         folder = confine(self.root, rel)
         folder = folder.parent if folder.is_file() else folder
@@ -123,7 +123,7 @@ class Jobs:
 
     def shutdown(self) -> None:
         """Stop every run still going (the server is ending): SIGTERM, the same clean stop as *Stop*."""
-        from ..process import stop_process
+        from ..core.process import stop_process
 
         for job in self._procs.values():
             stop_process(job["proc"], grace=30)

@@ -51,22 +51,22 @@ def parse(line: str) -> argparse.Namespace:
 
 def run_cell(args: argparse.Namespace, cell: str | None = None, cwd: str | Path = "."):
     """What one ``%fabnb`` / ``%%fabnb`` does; returns what the cell shows (or None)."""
-    from ..errors import FabnbError
+    from ..core.errors import FabnbError
 
     if args.command == "doctor":
-        from ..doctor import check, render
+        from ..views.doctor import check, render
 
         print(render(check()))
         return None
     if args.command == "results":
         if not args.file:
             raise ValueError(f"%fabnb results needs a run's folder. Usage: {_USAGE}")
-        from ..explorer import Explorer
-        from ..widgets import ResultsExplorer
+        from ..views.explorer import Explorer
+        from ..views.widgets import ResultsExplorer
 
         return ResultsExplorer(Explorer.from_folder(args.file))
     if args.command == "rate":
-        from ..widgets import rating_app
+        from ..views.widgets import rating_app
 
         return rating_app(args.qa, args.ratings)
     from ..experiment import Experiment, run_experiment

@@ -6,7 +6,7 @@ protocol, :class:`RAGSystem`: ``ask(question, config, gold_context=None) -> Answ
 - :class:`ReferenceRAG`: a retriever over the chunked corpus (:class:`TfidfRetriever`,
   :class:`BM25Retriever`, :class:`DenseRetriever` with any embedding function, and
   :class:`HybridRetriever` by reciprocal-rank fusion) plus any OpenAI-compatible chat
-  model from :mod:`fabnb.llm`. The knobs of the paper's experiments live in
+  model from :mod:`fabnb.models.llm`. The knobs of the paper's experiments live in
   :class:`RAGConfig`: the context budget (4K-128K tokens), the number of snippets and
   the similarity threshold (AnythingLLM's defaults, 4 and 0.25, as
   :data:`ANYTHINGLLM_DEFAULTS`), and §4.1's output-token schedule.
@@ -27,14 +27,14 @@ The package, by subject: :mod:`~fabnb.rag.config` (RAGConfig, the output schedul
 RAGError), :mod:`~fabnb.rag.retrievers`, :mod:`~fabnb.rag.system` (the protocol and
 ReferenceRAG), :mod:`~fabnb.rag.adapters`, :mod:`~fabnb.rag.frameworks` (LlamaIndex, LangChain and Haystack
 pipelines in process) and :mod:`~fabnb.rag.grid` (run_grid). The
-results store is :class:`fabnb.records.ResultsStore`, re-exported here.
+results store is :class:`fabnb.core.records.ResultsStore`, re-exported here.
 """
 
 # Compact re-exports: one statement per module, several names per line.
 # isort: off
 from __future__ import annotations
-from ..records import ResultsStore
-from ..schema import RESULT_COLUMNS, RESULT_KEYS
+from ..core.records import ResultsStore
+from ..core.schema import RESULT_COLUMNS, RESULT_KEYS
 from .adapters import (AnythingLLM, Hayhooks, HTTPAdapter, LightRAG, MaxKB, Metaso, OpenWebUI, RAGFlow,
                        detect_context_use, get_path)
 from .config import (ANYTHINGLLM_DEFAULTS, CONTEXT_INDICATORS, OUTPUT_SCHEDULE, PAPER_CONTEXTS, PROMPT_OVERHEAD,

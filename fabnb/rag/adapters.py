@@ -14,7 +14,7 @@ import uuid
 import warnings
 from urllib.parse import urlsplit
 
-from ..terms import KnowledgeBase
+from ..corpus.terms import KnowledgeBase
 from .config import (
     ANYTHINGLLM_DEFAULTS,
     CONTEXT_INDICATORS,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import CausedError
-from ..tokens import count_tokens, truncate_tokens
+from ..core.errors import CausedError
+from ..core.tokens import count_tokens, truncate_tokens
 
 __all__ = ['ANYTHINGLLM_DEFAULTS', 'CONTEXT_INDICATORS', 'OUTPUT_SCHEDULE', 'PAPER_CONTEXTS', 'PROMPT_OVERHEAD',
            'QUESTION_TOKENS', 'RAGConfig', 'RAGError', 'SYSTEM_PROMPT', 'count_tokens', 'output_tokens', 'sweep',

@@ -37,8 +37,8 @@ from typing import Callable
 
 import pandas as pd
 
-from ..llm import LLMError
-from ..tokens import count_tokens
+from ..core.tokens import count_tokens
+from ..models.llm import LLMError
 from .config import PROMPT_OVERHEAD, QUESTION_TOKENS, SYSTEM_PROMPT, RAGConfig, RAGError
 from .retrievers import minilm_path, pick_context
 from .system import Answer, answer_from_context, check_budget, count_context
@@ -361,7 +361,7 @@ def default_haystack(setup: FrameworkSetup):
 
 
 #: The environment a served pipeline reads (:meth:`ServedPipeline.from_env`), as hayhooks starts it.
-SERVE_ENV = {"FABNB_SERVE_CORPUS": "the corpus folder (what fabnb.corpus.load_corpus reads)",
+SERVE_ENV = {"FABNB_SERVE_CORPUS": "the corpus folder (what fabnb.corpus.collection.load_corpus reads)",
              "FABNB_SERVE_BASE_URL": "the OpenAI-compatible endpoint's URL (http://host:port/v1)",
              "FABNB_SERVE_MODEL": "the model name it serves",
              "FABNB_SERVE_API_KEY_ENV": "optional: the name of the variable that holds its key",
@@ -398,7 +398,7 @@ class ServedPipeline:
         wrong."""
         import os
 
-        from ..corpus import load_corpus
+        from ..corpus.collection import load_corpus
 
         env = os.environ if environ is None else environ
         missing = [k for k in ("FABNB_SERVE_CORPUS", "FABNB_SERVE_BASE_URL", "FABNB_SERVE_MODEL") if not env.get(k)]
@@ -562,7 +562,7 @@ class FrameworkRAG:
         A key of :data:`FRAMEWORKS`: ``"llamaindex"``, ``"langchain"`` or ``"haystack"``.
     setup : FrameworkSetup
         The corpus and endpoint; the window's budget is set per configuration.
-    llm : fabnb.llm.LLM
+    llm : fabnb.models.llm.LLM
         The same endpoint, for mode B (gold context) and the model label.
     factory : str or callable, optional
         Your pipeline's factory (``"package.module:function"``); default: the framework's default pipeline.

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..records import ResultsStore, StageRun, hold, stage_bar
-from ..schema import RESULT_KEYS
-from ..text import word_measures
+from ..core.records import ResultsStore, StageRun, hold, stage_bar
+from ..core.schema import RESULT_KEYS
+from ..core.text import word_measures
 from .config import RAGConfig, RAGError
 from .system import RAGSystem, ReferenceRAG
 
@@ -77,7 +77,7 @@ def _measures(answer) -> dict:
 class GridRun(StageRun):
     """What :func:`run_grid` did: cells asked, skipped (already done), failed, deferred (``limit``), the time taken.
 
-    A :class:`fabnb.records.StageRun`; ``asked`` is its ``done``.
+    A :class:`fabnb.core.records.StageRun`; ``asked`` is its ``done``.
     """
 
     _done_name = "asked"

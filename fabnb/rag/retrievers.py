@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..tokens import count_tokens
-from ..vectors import vectorize
+from ..core.tokens import count_tokens
+from ..corpus.vectors import vectorize
 from .config import RAGError
 
 __all__ = ['BM25Retriever', 'DenseRetriever', 'HIT_COLUMNS', 'HybridRetriever', 'MINILM', 'RETRIEVERS', 'Retriever',
@@ -37,7 +37,8 @@ class Retriever:
     def __init__(self, chunks: pd.DataFrame):
         missing = {"chunk_id", "doc_id", "text"} - set(chunks.columns)
         if missing:
-            raise ValueError(f"chunks lack column(s) {sorted(missing)}; make them with fabnb.corpus.chunk_corpus.")
+            raise ValueError(f"chunks lack column(s) {sorted(missing)}; make them with "
+                             "fabnb.corpus.collection.chunk_corpus.")
         self.chunks = chunks.reset_index(drop=True)
         if "n_tokens" not in self.chunks.columns:
             self.chunks = self.chunks.assign(n_tokens=[count_tokens(t) for t in self.chunks["text"]])
@@ -61,7 +62,7 @@ class Retriever:
 
 
 class TfidfRetriever(Retriever):
-    """Cosine similarity of TF-IDF vectors (:func:`fabnb.vectors.vectorize`)."""
+    """Cosine similarity of TF-IDF vectors (:func:`fabnb.corpus.vectors.vectorize`)."""
 
     name = "tfidf"
 

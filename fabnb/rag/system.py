@@ -9,8 +9,8 @@ from typing import Protocol, runtime_checkable
 
 import pandas as pd
 
-from ..llm import LLMError
-from ..tokens import count_tokens, truncate_tokens
+from ..core.tokens import count_tokens, truncate_tokens
+from ..models.llm import LLMError
 from .config import PROMPT_OVERHEAD, SYSTEM_PROMPT, RAGConfig, RAGError
 from .retrievers import Retriever, make_retriever, pick_context
 
@@ -98,8 +98,8 @@ class ReferenceRAG:
     Parameters
     ----------
     chunks : DataFrame
-        From :func:`fabnb.corpus.chunk_corpus`.
-    llm : fabnb.llm.LLM
+        From :func:`fabnb.corpus.collection.chunk_corpus`.
+    llm : fabnb.models.llm.LLM
     retriever : str or Retriever
         ``"bm25"`` (default), ``"tfidf"``, ``"hybrid"``, or a :class:`Retriever`.
     name : str
@@ -109,7 +109,7 @@ class ReferenceRAG:
     It starts the embedded model's server (the suite runs it with the ``model`` tests).
 
     >>> import pandas as pd
-    >>> from fabnb.local import default_llm
+    >>> from fabnb.models.local import default_llm
     >>> from fabnb.rag import ANYTHINGLLM_DEFAULTS
     >>> chunks = pd.DataFrame({"chunk_id": ["c1", "c2"], "doc_id": ["d1", "d2"],
     ...                        "text": ["EUV resists trade sensitivity against line-edge roughness.",

@@ -1,0 +1,782 @@
+"""Analysis of score frames: scaling curves, operating points, correlations, dilution.
+
+Every function takes a score frame (see :mod:`fabnb.core.scores`) and returns a new tidy
+DataFrame; none mutates its input. They work the same on the paper's published
+numbers (:func:`fabnb.data.published.scores`) and on a user's own judged runs.
+
+Context is measured in K tokens (``context_k``). Curves are fitted against
+``ln(context_k)``, the paper's "logarithmic" axis.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+
+from ..core.schema import AVERAGE, METRICS, SCORE_KEYS
+from ..core.scores import ScoreError, at_window, require_models, sweep
+
+__all__ = ['MIN_CORRELATION_N', 'MIN_FIT_WINDOWS', 'check_averages', 'classify_scaling', 'compare_correlations',
+           'context_to_reach', 'crossovers', 'dilution', 'dual_mode_delta', 'fit_log_curves', 'fit_logistic_curves',
+           'framework_table', 'gain_rates', 'metric_correlations', 'metric_gaps', 'metric_profile', 'metric_slopes',
+           'operating_points', 'predict_log_curve', 'predict_logistic_curve', 'routing_table']
+
+#: Windows a curve needs before the report fits it, labels its behaviour or reads operating points and crossovers
+#: from it. A log curve has two parameters: with 5 windows its fit keeps 3 residual degrees of freedom (t = 3.18 for
+#: a 95% interval, against 12.7 with 3 windows), and a straight line through pure noise reaches R² = 0.25 on average
+#: (1 / (n - 1)) instead of 0.5 with 3. The paper fits 11 windows; its smallest sweep (Qwen-2.5-72B) has 6.
+MIN_FIT_WINDOWS = 5
+#: Observations a correlation needs before the report shows it: below 10, even r = 0.6 has a 95% interval
+#: (Fisher z) that reaches below 0 (-0.05 to 0.89 at n = 10), so the coefficient says nothing about its sign.
+MIN_CORRELATION_N = 10
+
+# --------------------------------------------------------------------------- curves
+
+
+def _curves(scores: pd.DataFrame, metric: str):
+    """Per model: ln(context_k), scores, and the identifying part of a fit's result row."""
+    for model, g in sweep(scores, metric).groupby("model", sort=False):
+        yield (np.log(g["context_k"].to_numpy(float)), g["score"].to_numpy(float),
+               {"model": model, "metric": metric, "n_points": len(g)})
+
+
+def fit_log_curves(scores: pd.DataFrame, metric: str = AVERAGE, alpha: float = 0.05) -> pd.DataFrame:
+    """Fit ``score = intercept + slope * ln(context_k)`` per model by OLS (statsmodels).
+
+    Parameters
+    ----------
+    scores : DataFrame
+        A score frame with one system and mode (see :func:`fabnb.core.scores.sweep`).
+    metric : str
+        Which metric to fit; ``"average"`` is computed from the six if absent.
+    alpha : float
+        1 - confidence level of the parameter intervals.
+
+    Returns
+    -------
+    DataFrame
+        One row per model: model, metric, n_points, intercept, intercept_ci_low,
+        intercept_ci_high, slope, slope_ci_low, slope_ci_high, r_squared, aic,
+        status (``"fitted"`` or ``"not fitted"``) and reason (why not, else empty).
+        ``aic`` is ``n ln(RSS/n) + 2k`` so it compares with :func:`fit_logistic_curves`.
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd
+    >>> k = np.array([4, 8, 16, 32])
+    >>> df = pd.DataFrame({"model": "m", "context_k": k, "metric": "average",
+    ...                    "score": 0.2 + 0.1 * np.log(k)})
+    >>> fit = fit_log_curves(df)
+    >>> round(fit.slope.item(), 6), round(fit.r_squared.item(), 6)
+    (0.1, 1.0)
+    """
+    # The two names, not statsmodels.api: that imports every statsmodels model (0.3 s here, in every run's report).
+    from statsmodels.regression.linear_model import OLS
+    from statsmodels.tools.tools import add_constant
+
+    rows = []
+    for x, y, row in _curves(scores, metric):
+        if len(np.unique(x)) < 3:
+            rows.append({**row, "status": "not fitted",
+                         "reason": f"{len(np.unique(x))} distinct context point(s); a log curve with "
+                                   "a confidence interval needs at least 3"})
+            continue
+        res = OLS(y, add_constant(x)).fit()
+        ci = res.conf_int(alpha)
+        rss = float(np.sum(res.resid**2))
+        rows.append({
+            **row,
+            "intercept": res.params[0], "intercept_ci_low": ci[0, 0], "intercept_ci_high": ci[0, 1],
+            "slope": res.params[1], "slope_ci_low": ci[1, 0], "slope_ci_high": ci[1, 1],
+            "r_squared": res.rsquared, "aic": _aic(rss, len(y), 2),
+            "status": "fitted", "reason": "",
+        })
+    return _frame(rows, ["model", "metric", "n_points", "intercept", "intercept_ci_low",
+                         "intercept_ci_high", "slope", "slope_ci_low", "slope_ci_high",
+                         "r_squared", "aic", "status", "reason"])
+
+
+def _logistic(x, lower, upper, rate, x0):
+    # S-curve in ln(context): lower plateau, upper plateau, steepness, inflection (ln K).
+    return lower + (upper - lower) / (1.0 + np.exp(-rate * (x - x0)))
+
+
+def fit_logistic_curves(scores: pd.DataFrame, metric: str = AVERAGE) -> pd.DataFrame:
+    """Fit a saturating S-curve of ``ln(context_k)`` per model (scipy least squares).
+
+    ``score = lower + (upper - lower) / (1 + exp(-rate * (ln k - ln k0)))``, the
+    alternative to the log curve for cold-start and saturating models.
+
+    Returns
+    -------
+    DataFrame
+        One row per model: model, metric, n_points, lower, upper, rate,
+        inflection_k (``k0``, in K tokens), r_squared, aic, status, reason.
+        Fewer than 5 distinct contexts (4 parameters) gives ``"not fitted"``.
+    """
+    from scipy.optimize import curve_fit
+
+    rows = []
+    for x, y, row in _curves(scores, metric):
+        if len(np.unique(x)) < 5:
+            rows.append({**row, "status": "not fitted",
+                         "reason": f"{len(np.unique(x))} distinct context point(s); the 4-parameter "
+                                   "S-curve needs at least 5"})
+            continue
+        lo_x, hi_x = x.min(), x.max()
+        p0 = [y.min(), y.max(), 2.0, float(np.median(x))]
+        bounds = ([0.0, 0.0, 0.01, lo_x - 1.0], [1.0, 1.0, 50.0, hi_x + 1.0])
+        try:
+            params, _ = curve_fit(_logistic, x, y, p0=p0, bounds=bounds, maxfev=20000)
+        except (RuntimeError, ValueError) as exc:
+            rows.append({**row, "status": "not fitted", "reason": f"least squares did not converge: {exc}"})
+            continue
+        rss = float(np.sum((y - _logistic(x, *params)) ** 2))
+        rows.append({
+            **row, "lower": params[0], "upper": params[1], "rate": params[2],
+            "inflection_k": math.exp(params[3]), "r_squared": _r2(y, rss),
+            "aic": _aic(rss, len(y), 4), "status": "fitted", "reason": "",
+        })
+    return _frame(rows, ["model", "metric", "n_points", "lower", "upper", "rate", "inflection_k",
+                         "r_squared", "aic", "status", "reason"])
+
+
+def predict_log_curve(fit: pd.Series | dict, context_k) -> np.ndarray:
+    """Evaluate a fitted log curve (a row of :func:`fit_log_curves`) at ``context_k``."""
+    return fit["intercept"] + fit["slope"] * np.log(np.asarray(context_k, dtype=float))
+
+
+def predict_logistic_curve(fit: pd.Series | dict, context_k) -> np.ndarray:
+    """Evaluate a fitted S-curve (a row of :func:`fit_logistic_curves`) at ``context_k``."""
+    x = np.log(np.asarray(context_k, dtype=float))
+    return _logistic(x, fit["lower"], fit["upper"], fit["rate"], math.log(fit["inflection_k"]))
+
+
+def _aic(rss: float, n: int, k: int) -> float:
+    return n * math.log(max(rss, 1e-300) / n) + 2 * k
+
+
+def _r2(y: np.ndarray, rss: float) -> float:
+    tss = float(np.sum((y - y.mean()) ** 2))
+    return 1.0 - rss / tss if tss > 0 else float("nan")
+
+
+def _frame(rows: list[dict], columns: list[str]) -> pd.DataFrame:
+    return pd.DataFrame(rows).reindex(columns=columns)
+
+
+# ----------------------------------------------------------------- operating points
+
+
+def operating_points(scores: pd.DataFrame, metric: str = AVERAGE, fraction: float = 0.9) -> pd.DataFrame:
+    """Where each model's curve starts, peaks, reaches a fraction of its peak, and ends.
+
+    Parameters
+    ----------
+    scores : DataFrame
+        A score frame with one system and mode.
+    metric : str
+        Metric of the curve.
+    fraction : float
+        The share of the peak asked for (Section 4.2 uses 90%).
+
+    Returns
+    -------
+    DataFrame
+        One row per model: model, metric, start_k, start_score, peak_k, peak_score,
+        fraction, fraction_k (first observed context reaching ``fraction * peak``),
+        fraction_interp_k (the same, interpolated linearly in ln context between the
+        bracketing points), halfway_k (first observed context reaching the midpoint
+        of start and peak: the *critical-mass threshold*), final_k, final_score,
+        final_change_pct (final vs peak, relative %), monotonic (never decreases).
+
+    Notes
+    -----
+    The paper names a "critical mass" (Gemini, ~12K) without defining it. fabnb
+    defines it as the first context at which a model has covered half the way
+    from its starting score to its peak; the S-curve inflection of
+    :func:`fit_logistic_curves` is an alternative reported beside it.
+    """
+    rows = []
+    for model, g in sweep(scores, metric).groupby("model", sort=False):
+        k = g["context_k"].to_numpy(float)
+        y = g["score"].to_numpy(float)
+        peak = int(np.argmax(y))
+        target = fraction * y[peak]
+        reach = int(np.argmax(y >= target - 1e-12))
+        if reach == 0:
+            interp = k[0]
+        else:
+            # Linear in ln(context) between the last point below and the first at/above the target.
+            x0, x1, y0, y1 = math.log(k[reach - 1]), math.log(k[reach]), y[reach - 1], y[reach]
+            interp = math.exp(x0 + (target - y0) / (y1 - y0) * (x1 - x0))
+        halfway = y[0] + 0.5 * (y[peak] - y[0])
+        rows.append({
+            "model": model, "metric": metric,
+            "start_k": k[0], "start_score": y[0], "peak_k": k[peak], "peak_score": y[peak],
+            "fraction": fraction, "fraction_k": k[reach], "fraction_interp_k": interp,
+            "halfway_k": k[int(np.argmax(y >= halfway - 1e-12))],
+            "final_k": k[-1], "final_score": y[-1],
+            "final_change_pct": 100.0 * (y[-1] - y[peak]) / y[peak],
+            "monotonic": bool(np.all(np.diff(y) >= 0)),
+        })
+    return pd.DataFrame(rows)
+
+
+def crossovers(
+    scores: pd.DataFrame, model_a: str, model_b: str, metric: str = AVERAGE, method: str = "observed",
+    intervals: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Contexts at which two models' curves cross.
+
+    Parameters
+    ----------
+    scores : DataFrame
+        A score frame with one system and mode.
+    model_a, model_b : str
+        The two models.
+    metric : str
+        Metric of the curves.
+    method : {"observed", "log_fit"}
+        ``"observed"``: linear interpolation in ln(context) of the score difference
+        between consecutive shared contexts where its sign changes. ``"log_fit"``:
+        the intersection of the two fitted log curves (at most one), reported only
+        if it lies inside the shared context range.
+    intervals : DataFrame, optional
+        :func:`fabnb.analysis.intervals.mean_intervals` of the same scores. With it, a crossing is ``separated`` only
+        where the two curves' intervals separate on both sides: at some window below it the leader below is
+        ahead by more than the intervals' overlap, and at some window above it the other one is.
+
+    Returns
+    -------
+    DataFrame
+        model_a, model_b, method, context_k, leader_below, leader_above, separated (None without
+        ``intervals``). Empty if the curves do not cross.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"model": ["a"] * 2 + ["b"] * 2, "context_k": [4, 16] * 2,
+    ...                    "metric": "average", "score": [0.6, 0.7, 0.5, 0.8]})
+    >>> crossovers(df, "a", "b").context_k.round(3).tolist()
+    [8.0]
+    """
+    require_models(scores, model_a, model_b)
+    curves = sweep(scores, metric)
+    a = curves[curves["model"] == model_a].set_index("context_k")["score"]
+    b = curves[curves["model"] == model_b].set_index("context_k")["score"]
+    shared = a.index.intersection(b.index).sort_values()
+    columns = ["model_a", "model_b", "method", "context_k", "leader_below", "leader_above", "separated"]
+    if len(shared) < 2:
+        raise ScoreError(f"{model_a!r} and {model_b!r} share {len(shared)} context(s); a crossover needs 2.")
+    rows = []
+    if method == "observed":
+        d = (a[shared] - b[shared]).to_numpy()
+        x = np.log(shared.to_numpy(float))
+        for i in range(len(d) - 1):
+            if d[i] == 0 or d[i] * d[i + 1] >= 0:
+                continue
+            xc = x[i] + d[i] / (d[i] - d[i + 1]) * (x[i + 1] - x[i])
+            rows.append([model_a, model_b, method, math.exp(xc),
+                         model_a if d[i] > 0 else model_b, model_a if d[i + 1] > 0 else model_b, None])
+    elif method == "log_fit":
+        fits = fit_log_curves(curves[curves["model"].isin([model_a, model_b])], metric).set_index("model")
+        fa, fb = fits.loc[model_a], fits.loc[model_b]
+        if fa["status"] == "fitted" and fb["status"] == "fitted" and fa["slope"] != fb["slope"]:
+            xc = (fb["intercept"] - fa["intercept"]) / (fa["slope"] - fb["slope"])
+            kc = math.exp(xc)
+            if shared.min() <= kc <= shared.max():
+                steeper_a = fa["slope"] > fb["slope"]
+                rows.append([model_a, model_b, method, kc,
+                             model_b if steeper_a else model_a, model_a if steeper_a else model_b, None])
+    else:
+        raise ValueError(f"method must be 'observed' or 'log_fit', not {method!r}")
+    if intervals is not None:
+        for row in rows:
+            row[6] = _separated(intervals, metric, row[3], row[4], row[5], shared)
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _separated(intervals: pd.DataFrame, metric: str, at_k: float, below: str, above: str, shared) -> bool:
+    """Whether ``below`` is ahead beyond both intervals at some shared window under ``at_k``, and ``above`` at some
+    window over it."""
+    ci = intervals[intervals["metric"] == metric].set_index(["model", "context_k"])
+
+    def ahead(lead: str, other: str, ks) -> bool:
+        for k in ks:
+            if (lead, k) in ci.index and (other, k) in ci.index:
+                if ci.loc[(lead, k), "ci_low"] > ci.loc[(other, k), "ci_high"]:
+                    return True
+        return False
+
+    ks = [float(k) for k in shared]
+    return bool(ahead(below, above, [k for k in ks if k < at_k]) and ahead(above, below, [k for k in ks if k > at_k]))
+
+
+def routing_table(scores: pd.DataFrame, metric: str = AVERAGE, models=None) -> pd.DataFrame:
+    """The best model at each observed context, and the ranges each model wins.
+
+    Returns
+    -------
+    DataFrame
+        One row per context: context_k, best_model, best_score, runner_up,
+        runner_up_score, margin, and range (``"from-toK"`` of the run of consecutive
+        contexts the same model wins, the routing rule of Section 8.2).
+        Contexts where fewer than two of the models were measured are left out.
+    """
+    curves = sweep(scores, metric)
+    if models is not None:
+        require_models(curves, *models)
+        curves = curves[curves["model"].isin(models)]
+    rows = []
+    for k, g in curves.groupby("context_k"):
+        if len(g) < 2:
+            continue
+        g = g.sort_values("score", ascending=False)
+        rows.append({"context_k": k, "best_model": g["model"].iloc[0], "best_score": g["score"].iloc[0],
+                     "runner_up": g["model"].iloc[1], "runner_up_score": g["score"].iloc[1],
+                     "margin": g["score"].iloc[0] - g["score"].iloc[1]})
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table.assign(range=[])
+    run = (table["best_model"] != table["best_model"].shift()).cumsum()
+    bounds = table.groupby(run)["context_k"].agg(["min", "max"])
+    table["range"] = [_span(bounds.loc[r, "min"], bounds.loc[r, "max"]) for r in run]
+    return table
+
+
+def _span(lo: float, hi: float) -> str:
+    return f"{lo:g}K" if lo == hi else f"{lo:g}-{hi:g}K"
+
+
+def classify_scaling(
+    scores: pd.DataFrame,
+    metric: str = AVERAGE,
+    *,
+    cold_start_fraction: float = 0.60,
+    decline_pct: float = 1.0,
+    plateau_pct: float = 2.0,
+    min_log_r2: float = 0.85,
+    min_windows: int = MIN_FIT_WINDOWS,
+) -> pd.DataFrame:
+    """Label each model's curve as Section 4.3 does, by a stated rule.
+
+    The rule, applied in this order (thresholds are parameters):
+
+    1. **cold-start (S-curve)**: the score at the smallest context is below
+       ``cold_start_fraction`` (60%) of the model's peak: the model needs context
+       before it can answer at all ("poor initial performance", Section 4.3).
+    2. **early saturation**: the final score is more than ``decline_pct`` (1%)
+       below the peak, or the last doubling of context gained less than
+       ``plateau_pct`` (2%) of the peak.
+    3. **logarithmic growth**: otherwise, if the log curve explains the sweep
+       (R² >= ``min_log_r2``, 0.85).
+    4. **undetermined**: anything else.
+
+    A curve with fewer than ``min_windows`` contexts (:data:`MIN_FIT_WINDOWS`) gets no label:
+    ``"not enough windows"``, its rule saying how many it has of how many a label needs.
+
+    Returns
+    -------
+    DataFrame
+        One row per model: model, metric, label, start_fraction, final_drop_pct,
+        last_doubling_gain_pct, log_r2, logistic_r2, s_curve_preferred (the S-curve's
+        AIC is lower than the log curve's by more than 2), rule (the deciding clause).
+    """
+    curves = sweep(scores, metric)
+    log = fit_log_curves(curves, metric).set_index("model")
+    logistic = fit_logistic_curves(curves, metric).set_index("model")
+    rows = []
+    for model, g in curves.groupby("model", sort=False):
+        k = g["context_k"].to_numpy(float)
+        y = g["score"].to_numpy(float)
+        peak = y.max()
+        start_fraction = y[0] / peak if peak > 0 else float("nan")
+        final_drop = 100.0 * (peak - y[-1]) / peak if peak > 0 else float("nan")
+        half = k[-1] / 2.0
+        earlier = np.flatnonzero(k <= half + 1e-9)
+        gain = 100.0 * (y[-1] - y[earlier[-1]]) / peak if len(earlier) and peak > 0 else float("nan")
+        log_r2 = log.loc[model, "r_squared"]
+        s_r2 = logistic.loc[model, "r_squared"]
+        s_better = bool(logistic.loc[model, "status"] == "fitted"
+                        and logistic.loc[model, "aic"] < log.loc[model, "aic"] - 2)
+        if len(np.unique(k)) < max(min_windows, 3):
+            label, rule = ("not enough windows",
+                           f"not enough windows to fit ({len(np.unique(k))} of {max(min_windows, 3)})")
+        elif start_fraction < cold_start_fraction:
+            label, rule = "cold-start", f"starts at {start_fraction:.0%} of its peak (< {cold_start_fraction:.0%})"
+        elif final_drop > decline_pct:
+            label, rule = "early saturation", f"ends {final_drop:.1f}% below its peak (> {decline_pct:g}%)"
+        elif not np.isnan(gain) and gain < plateau_pct:
+            label, rule = "early saturation", f"last doubling gained {gain:.1f}% of peak (< {plateau_pct:g}%)"
+        elif log_r2 >= min_log_r2:
+            label, rule = "logarithmic growth", f"no decline, log-curve R² = {log_r2:.3f} (>= {min_log_r2:g})"
+        else:
+            label, rule = "undetermined", f"no decline but log-curve R² = {log_r2:.3f} (< {min_log_r2:g})"
+        rows.append({"model": model, "metric": metric, "label": label, "start_fraction": start_fraction,
+                     "final_drop_pct": final_drop, "last_doubling_gain_pct": gain, "log_r2": log_r2,
+                     "logistic_r2": s_r2, "s_curve_preferred": s_better, "rule": rule})
+    return pd.DataFrame(rows)
+
+
+def gain_rates(scores: pd.DataFrame, model: str, spans, metric: str = AVERAGE) -> pd.DataFrame:
+    """Score gained over context spans, per K token and per doubling of context.
+
+    Parameters
+    ----------
+    spans : list of (from_k, to_k)
+        Observed contexts of the model.
+
+    Returns
+    -------
+    DataFrame
+        from_k, to_k, score_from, score_to, gain, gain_per_k, gain_per_doubling.
+    """
+    require_models(scores, model)
+    curve = sweep(scores, metric)
+    curve = curve[curve["model"] == model].set_index("context_k")["score"]
+    rows = []
+    for lo, hi in spans:
+        for k in (lo, hi):
+            if k not in curve.index:
+                raise ScoreError(f"{model!r} has no {metric} score at {k:g}K; it has {list(curve.index)}.")
+        gain = curve[hi] - curve[lo]
+        rows.append({"from_k": lo, "to_k": hi, "score_from": curve[lo], "score_to": curve[hi], "gain": gain,
+                     "gain_per_k": gain / (hi - lo), "gain_per_doubling": gain / math.log2(hi / lo)})
+    return pd.DataFrame(rows)
+
+
+def metric_slopes(scores: pd.DataFrame, metrics=METRICS) -> pd.DataFrame:
+    """Log-curve slope of every metric for every model, with spread across models.
+
+    Returns
+    -------
+    DataFrame
+        One row per metric: metric, mean_slope (mean over models of the slope of
+        ``score ~ ln(context_k)``), slope_spread (standard deviation over models),
+        mean_gain (mean over models of final minus first score), and one
+        ``slope[<model>]`` column per model.
+    """
+    rows = []
+    for metric in metrics:
+        fits = fit_log_curves(scores, metric)
+        fits = fits[fits["status"] == "fitted"]
+        curves = sweep(scores, metric)
+        gains = curves.groupby("model")["score"].agg(lambda s: s.iloc[-1] - s.iloc[0])
+        row = {"metric": metric, "mean_slope": fits["slope"].mean(), "slope_spread": fits["slope"].std(ddof=1),
+               "mean_gain": gains.mean()}
+        row.update({f"slope[{m}]": s for m, s in zip(fits["model"], fits["slope"])})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def context_to_reach(scores: pd.DataFrame, threshold: float, metrics=METRICS) -> pd.DataFrame:
+    """First observed context at which each model's metric reaches ``threshold``.
+
+    Returns
+    -------
+    DataFrame
+        model, metric, threshold, context_k (NaN if never reached).
+    """
+    rows = []
+    for metric in metrics:
+        for model, g in sweep(scores, metric).groupby("model", sort=False):
+            hit = g[g["score"] >= threshold - 1e-12]
+            rows.append({"model": model, "metric": metric, "threshold": threshold,
+                         "context_k": hit["context_k"].iloc[0] if len(hit) else float("nan")})
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------- correlations
+
+
+def metric_correlations(
+    scores: pd.DataFrame, method: str = "pearson", by: str | None = None, metrics=METRICS,
+    min_n: int = MIN_CORRELATION_N,
+) -> pd.DataFrame:
+    """Correlations between metrics across configurations, with p-values and n.
+
+    Each configuration (a distinct system, model, context, output, mode and
+    question where those columns exist) is one observation of the six metrics.
+
+    Parameters
+    ----------
+    method : {"pearson", "spearman"}
+    by : str or None
+        Column to compute separate tables for (e.g. ``"model"``); None pools all.
+    min_n : int
+        Observations a coefficient needs to be shown (:data:`MIN_CORRELATION_N`); below it
+        ``enough`` is False (r is still computed from 3 up, for whoever wants it).
+
+    Returns
+    -------
+    DataFrame
+        group ("all" when pooled), metric_a, metric_b (each unordered pair once, in
+        metric order), method, r, p_value, n, enough (n >= ``min_n``).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"model": "m", "context_k": [4, 4, 8, 8, 16, 16],
+    ...                    "metric": ["depth", "relevance"] * 3, "score": [.1, .2, .2, .4, .3, .6]})
+    >>> metric_correlations(df, metrics=["depth", "relevance"]).r.round(6).tolist()
+    [1.0]
+    """
+    from scipy import stats
+
+    test = {"pearson": stats.pearsonr, "spearman": stats.spearmanr}.get(method)
+    if test is None:
+        raise ValueError(f"method must be 'pearson' or 'spearman', not {method!r}")
+    keys = [c for c in SCORE_KEYS if c in scores.columns]
+    chosen = scores[scores["metric"].isin(metrics)]
+    if chosen.empty:
+        raise ValueError(f"no scores of the metrics {list(metrics)} to correlate")
+    wide = chosen.pivot_table(index=keys, columns="metric", values="score", aggfunc="first", dropna=False
+                              ).reset_index()
+    for m in metrics:  # a metric with no score at all: an empty column, so its pairs show n = 0
+        if m not in wide.columns:
+            wide[m] = np.nan
+    groups = [("all", wide)] if by is None else list(wide.groupby(by, sort=False))
+    rows = []
+    for name, g in groups:
+        for a, b in combinations(list(metrics), 2):
+            pair = g[[a, b]].dropna()
+            if len(pair) < 3 or pair[a].nunique() < 2 or pair[b].nunique() < 2:
+                r, p = float("nan"), float("nan")
+            else:
+                r, p = test(pair[a], pair[b])
+            rows.append({"group": name, "metric_a": a, "metric_b": b, "method": method,
+                         "r": float(r), "p_value": float(p), "n": len(pair),
+                         "enough": bool(len(pair) >= min_n and not math.isnan(float(r)))})
+    return pd.DataFrame(rows)
+
+
+def compare_correlations(computed: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
+    """Put computed correlations beside published ones (e.g. Table 4), pair by pair.
+
+    Parameters
+    ----------
+    computed : DataFrame
+        From :func:`metric_correlations` (one group).
+    published : DataFrame
+        Columns metric_a, metric_b, r (any triangle; the diagonal is ignored).
+
+    Returns
+    -------
+    DataFrame
+        metric_a, metric_b, r_published, r_computed, difference (computed - published).
+    """
+    def key(df):
+        return df.apply(lambda r: tuple(sorted((r["metric_a"], r["metric_b"]))), axis=1)
+
+    pub = published[published["metric_a"] != published["metric_b"]].assign(pair=lambda d: key(d))
+    com = computed.assign(pair=lambda d: key(d))
+    out = com.merge(pub[["pair", "r"]].rename(columns={"r": "r_published"}), on="pair", how="outer")
+    out = out.rename(columns={"r": "r_computed"})
+    out["difference"] = out["r_computed"] - out["r_published"]
+    return out[["metric_a", "metric_b", "r_published", "r_computed", "difference"]].reset_index(drop=True)
+
+
+# ---------------------------------------------------------------- attention dilution
+
+
+def dilution(scores: pd.DataFrame, from_k: float, to_k: float, metrics=METRICS + (AVERAGE,)) -> pd.DataFrame:
+    """Per model and metric change between two context windows (Section 5.4, Figure 6).
+
+    The paper reports these changes two ways: Section 5.4's text as relative
+    percent (Gemini relevance -6.1%), Figure 6's caption as percentage points of
+    the 0-1 score (-5.4%). Both are given.
+
+    Returns
+    -------
+    DataFrame
+        model, metric, from_k, to_k, score_from, score_to, delta (score units),
+        delta_points (delta x 100, percentage points), relative_pct
+        (100 x delta / score_from). Models lacking either context are left out.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"model": "m", "context_k": [28, 32], "metric": "relevance",
+    ...                    "score": [0.890, 0.836]})
+    >>> d = dilution(df, 28, 32, metrics=["relevance"])
+    >>> round(d.delta_points.item(), 1), round(d.relative_pct.item(), 1)
+    (-5.4, -6.1)
+    """
+    rows = []
+    for metric in metrics:
+        curves = sweep(scores, metric)
+        for model, g in curves.groupby("model", sort=False):
+            s = g.set_index("context_k")["score"]
+            if from_k not in s.index or to_k not in s.index:
+                continue
+            a, b = s[from_k], s[to_k]
+            rows.append({"model": model, "metric": metric, "from_k": from_k, "to_k": to_k,
+                         "score_from": a, "score_to": b, "delta": b - a, "delta_points": 100 * (b - a),
+                         "relative_pct": 100 * (b - a) / a if a else float("nan")})
+    if not rows:
+        raise ScoreError(f"no model has scores at both {from_k:g}K and {to_k:g}K.")
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------ metric profiles
+
+
+def metric_profile(scores: pd.DataFrame, context_k: float | None = None, by: str = "model") -> pd.DataFrame:
+    """The six metrics side by side at one operating point, with balance statistics.
+
+    Parameters
+    ----------
+    context_k : float or None
+        The context window; None uses rows without a context (e.g. Table 5).
+    by : str
+        Column naming the profiles (``"model"`` or ``"system"``).
+
+    Returns
+    -------
+    DataFrame
+        One row per ``by`` value: the six metric columns, average (mean of the six),
+        best_metric, worst_metric, range (max - min), std (population).
+    """
+    rows = at_window(scores[scores["metric"].isin(METRICS)], context_k)
+    if rows.empty:
+        where = "without a context" if context_k is None else f"at {context_k:g}K"
+        raise ScoreError(f"no metric scores {where}.")
+    # The mean: a per-question frame has one row per question (the published tables, one row per cell).
+    wide = rows.pivot_table(index=by, columns="metric", values="score", aggfunc="mean", sort=False)
+    wide = wide.reindex(columns=list(METRICS))
+    out = wide.copy()
+    out["average"] = wide.mean(axis=1)
+    out["best_metric"] = wide.idxmax(axis=1)
+    out["worst_metric"] = wide.idxmin(axis=1)
+    out["range"] = wide.max(axis=1) - wide.min(axis=1)
+    out["std"] = wide.std(axis=1, ddof=0)
+    return out.reset_index()
+
+
+def metric_gaps(scores: pd.DataFrame, context_k: float | None = None, by: str = "model") -> pd.DataFrame:
+    """Gaps and ratios between every ordered pair of metrics at one operating point.
+
+    Returns
+    -------
+    DataFrame
+        <by>, metric_a, metric_b, score_a, score_b, gap (a - b), ratio (a / b),
+        pct_higher (100 x (a - b) / b), as Section 5.5 states them ("79% higher",
+        "a 2.3x ratio").
+    """
+    profile = metric_profile(scores, context_k, by)
+    rows = []
+    for _, p in profile.iterrows():
+        for a in METRICS:
+            for b in METRICS:
+                if a != b:
+                    rows.append({by: p[by], "metric_a": a, "metric_b": b, "score_a": p[a], "score_b": p[b],
+                                 "gap": p[a] - p[b], "ratio": p[a] / p[b] if p[b] else float("nan"),
+                                 "pct_higher": 100 * (p[a] - p[b]) / p[b] if p[b] else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def framework_table(scores: pd.DataFrame, by: str = "system", context_k: float | None = None) -> pd.DataFrame:
+    """Cross-framework table in the shape of Table 5, with averages checked.
+
+    Parameters
+    ----------
+    by : str
+        The column naming the frameworks.
+    context_k : float or None
+        The operating point: None uses rows without a context (Table 5), a number the rows at that window (a
+        live run's). Rows of one cell (questions of a per-question frame) are averaged.
+
+    Returns
+    -------
+    DataFrame
+        Index: the six metrics, then ``average (reported)`` (if the frame has
+        ``average`` rows) and ``average (recomputed)``; one column per system.
+    """
+    rows = at_window(scores, context_k)
+    if rows.empty:
+        raise ScoreError("no rows without a context: a framework table needs one operating point per system."
+                         if context_k is None else f"no rows at {context_k:g}K; pick a window the scores hold.")
+    wide = rows.pivot_table(index="metric", columns=by, values="score", aggfunc="mean", sort=False)
+    table = wide.reindex(list(METRICS))
+    recomputed = table.mean(axis=0).rename("average (recomputed)")
+    parts = [table]
+    if AVERAGE in wide.index:
+        parts.append(wide.loc[[AVERAGE]].rename(index={AVERAGE: "average (reported)"}))
+    parts.append(recomputed.to_frame().T)
+    out = pd.concat(parts)
+    out.columns.name = by
+    return out
+
+
+def check_averages(scores: pd.DataFrame, tolerance: float = 0.001) -> pd.DataFrame:
+    """Compare each reported ``average`` with the mean of the six metric scores.
+
+    The default tolerance allows for the rounding of both the six printed
+    metrics and the printed average to three decimals.
+
+    Returns
+    -------
+    DataFrame
+        The configuration keys, reported, recomputed, difference, consistent.
+    """
+    keys = [c for c in SCORE_KEYS if c in scores.columns]
+    six = scores[scores["metric"].isin(METRICS)].groupby(keys, dropna=False)["score"].agg(["mean", "count"])
+    rep = scores.loc[scores["metric"] == AVERAGE, keys + ["score"]].rename(columns={"score": "reported"})
+    # merge (not join): pandas matches missing keys (a framework without a context) to each other.
+    out = six.reset_index().merge(rep, on=keys, how="inner")
+    out = out.rename(columns={"mean": "recomputed", "count": "n_metrics"})
+    out["difference"] = out["reported"] - out["recomputed"]
+    out["consistent"] = out["difference"].abs() <= tolerance + 1e-12
+    return out
+
+
+# ---------------------------------------------------------------------- dual mode
+
+
+def dual_mode_delta(results: pd.DataFrame) -> pd.DataFrame:
+    """Per question and metric difference between mode B and mode A (Appendix F.3).
+
+    Mode A (``with_kb``) asks the system with its own retrieval; mode B
+    (``without_kb``) injects the gold context. A large positive delta points at
+    retrieval; low scores in both modes point at generation.
+
+    Parameters
+    ----------
+    results : DataFrame
+        A score frame with a ``mode`` column holding ``"A"``/``"B"`` (or
+        ``"with_kb"``/``"without_kb"``).
+
+    Returns
+    -------
+    DataFrame
+        The key columns (without mode), metric, score_a, score_b, delta (B - A),
+        paired (False where one mode is missing; delta is then NaN).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"model": "m", "context_k": 8, "test_id": "ROB_001", "metric": "factuality",
+    ...                    "mode": ["A", "B"], "score": [0.4, 0.9]})
+    >>> dual_mode_delta(df).delta.round(3).tolist()
+    [0.5]
+    """
+    if "mode" not in results.columns:
+        raise ScoreError("dual-mode results need a 'mode' column with values A/B (or with_kb/without_kb).")
+    names = {"A": "A", "B": "B", "with_kb": "A", "without_kb": "B"}
+    modes = results["mode"].map(names)
+    if modes.isna().any():
+        bad = results.loc[modes.isna(), "mode"].iloc[0]
+        raise ScoreError(f"unknown mode {bad!r}; expected one of {sorted(names)}.")
+    keys = [c for c in SCORE_KEYS if c in results.columns and c != "mode"] + ["metric"]
+    wide = results.assign(mode=modes).pivot_table(index=keys, columns="mode", values="score",
+                                                  aggfunc="first", dropna=False)
+    wide = wide.reindex(columns=["A", "B"]).rename(columns={"A": "score_a", "B": "score_b"}).reset_index()
+    wide.columns.name = None
+    wide["delta"] = wide["score_b"] - wide["score_a"]
+    wide["paired"] = wide["score_a"].notna() & wide["score_b"].notna()
+    return wide
+

@@ -1,0 +1,592 @@
+"""Jupyter widgets: thin anywidget views over the plain-Python sessions.
+
+- :class:`RatingPanel` over :class:`fabnb.qa.rating.RatingSession`
+- :class:`RatingAppView` over :class:`fabnb.qa.rating.RatingApp` (the code-free app: a name, then the panel)
+- :class:`QACurator` over :class:`fabnb.qa.curation.CurationSession`
+- :class:`CorpusInspector` over :class:`fabnb.corpus.collection.CorpusSession`
+- :class:`ResultsExplorer` over :class:`fabnb.views.explorer.Explorer`
+
+The front end (``widgets/*.js`` and ``*.css`` in the source tree, ``fabnb/_widgets`` in
+the wheel) is plain ES modules with no imports: nothing is fetched at run time. It
+shows every text from corpora, QA files and LLM output with ``textContent``, so
+nothing in them can inject markup or script. The front end sends actions
+(``{"action": "rate", "dimension": "accuracy", "value": 4}``); :meth:`handle` applies
+them to the session, which writes to its store before the view shows "saved".
+Tests drive :meth:`handle` without a browser.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import anywidget
+import pandas as pd
+import traitlets
+
+from ..core.errors import FabnbError
+from ..qa.rating import ANCHORS, ANCHORS_SOURCE, MAX_COMMENT, RatingApp, RatingError
+
+__all__ = ['CorpusInspector', 'QACurator', 'RatingAppView', 'RatingPanel', 'ResultsExplorer', 'download_link',
+           'explorer_app', 'rating_app']
+
+
+def _asset(name: str) -> str:
+    from ..core.paths import shipped
+
+    return shipped("widgets", name)
+
+
+def _jsonable(value):
+    """Plain JSON types only (numpy scalars, tuples, NaN and timestamps converted)."""
+    return json.loads(pd.Series([value]).to_json(orient="values", default_handler=str))[0]
+
+
+class _View(anywidget.AnyWidget):
+    saved = traitlets.Unicode("").tag(sync=True)
+    error = traitlets.Unicode("").tag(sync=True)
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.on_msg(lambda _widget, content, _buffers: self.handle(content))
+
+    def set_state(self, sync_data):
+        """Refuse every change of state the page sends: the page speaks through actions (:meth:`handle`) only.
+
+        ipywidgets applies a comm ``update`` from the browser with this method, so without it a crafted message
+        (``rater`` set to another name, say) would change what the kernel believes. A read-only trait does not
+        stop that (ipywidgets applies browser state with ``set_trait``). A value equal to the kernel's own is
+        let through silently (a page echoing what it was sent); any other is refused and said in the widget.
+        """
+        changed = sorted(k for k, v in (sync_data or {}).items() if k not in self.keys or v != getattr(self, k))
+        if changed:
+            self.error = (f"the page may not set {', '.join(changed)}; it sends actions, and the kernel keeps the "
+                          "state. Reload the page.")
+
+    def handle(self, content: dict) -> None:
+        """Apply one front-end action; a failure is shown in the widget, never lost in a log."""
+        action = content.get("action") if isinstance(content, dict) else None
+        method = getattr(self, f"_do_{action}", None) if isinstance(action, str) else None
+        if method is None:
+            self.error = f"unknown action {action!r}"
+            return
+        try:
+            method(content)
+            self.error = ""
+        except (RatingError, KeyError, ValueError, TypeError, OSError) as exc:
+            # A front-end message of the wrong shape is shown in the widget, never raised into the kernel.
+            self.error = str(exc).strip("'\"")
+
+    def _stamp(self, what: str) -> None:
+        self.saved = f"saved {what} at {time.strftime('%H:%M:%S')}"
+
+
+class RatingPanel(_View):
+    """Rate items on Appendix D's four dimensions (or label oracle verdicts 0/1), keyboard first.
+
+    Keys: 1-5 (0-1 for verdicts) rate the highlighted dimension and move to the next; up / down choose a
+    dimension; n / p next and previous item; u the next unrated item. Every score is
+    written to the rater's file before the panel says "saved".
+
+    Parameters
+    ----------
+    session : RatingSession
+
+    Examples
+    --------
+    The front end sends actions; the model behind it stores them (no browser needed):
+
+    >>> import tempfile
+    >>> from fabnb.data.datasets import load_fab_bench
+    >>> from fabnb.qa.rating import RatingSession, RatingStore, rating_items
+    >>> store = RatingStore(tempfile.mkdtemp())
+    >>> panel = RatingPanel(RatingSession(rating_items(list(load_fab_bench())[:2]), "ana", store))
+    >>> panel.handle({"action": "rate", "dimension": "accuracy", "value": 4})
+    >>> store.ratings()[["rater", "item_id", "dimension", "score"]].to_dict("records")
+    [{'rater': 'ana', 'item_id': 'GEN_001', 'dimension': 'accuracy', 'score': 4}]
+    """
+
+    _esm = _asset("rating.js")
+    _css = _asset("rating.css")
+    #: The item's text fields the panel shows, per kind of session: (label, field, CSS class).
+    FIELDS = {"rating": [("Question", "question", "fabnb-question"),
+                         ("Reference answer", "ground_truth_answer", "fabnb-answer")],
+              "verdict": [("Question", "question", "fabnb-question"),
+                          ("Expected answer", "expected_answer", "fabnb-answer"),
+                          ("Ground-truth evidence", "evidence", "fabnb-passage"),
+                          ("Passages the system retrieved", "retrieved", "fabnb-passage"),
+                          ("Answer to judge", "answer", "fabnb-judged")]}
+
+    rater = traitlets.Unicode("").tag(sync=True)
+    fields = traitlets.List().tag(sync=True)
+    blind = traitlets.Bool(True).tag(sync=True)
+    dimensions = traitlets.List().tag(sync=True)
+    scale = traitlets.List().tag(sync=True)
+    anchors_source = traitlets.Unicode("").tag(sync=True)
+    position = traitlets.Int(0).tag(sync=True)
+    total = traitlets.Int(0).tag(sync=True)
+    done = traitlets.Int(0).tag(sync=True)
+    item = traitlets.Dict().tag(sync=True)
+    scores = traitlets.Dict().tag(sync=True)
+    comment = traitlets.Unicode("").tag(sync=True)
+    max_comment = traitlets.Int(MAX_COMMENT).tag(sync=True)  # shown under the comment box; the store's limit
+
+    def __init__(self, session, **kwargs):
+        self.session = session
+        resume = session.next_unrated()
+        start = session.order.index(resume) if resume is not None else 0
+        super().__init__(rater=session.rater, blind=session.blind, total=len(session.order),
+                         fields=[list(f) for f in self.FIELDS[session.kind]],
+                         dimensions=[{"name": d, "definition": m, "low": ANCHORS.get(d, ("", ""))[0],
+                                      "high": ANCHORS.get(d, ("", ""))[1]} for d, m in session.dimensions.items()],
+                         anchors_source=ANCHORS_SOURCE,
+                         scale=list(range(session.scale[0], session.scale[1] + 1)), **kwargs)
+        self._show(start)
+
+    def _show(self, position: int) -> None:
+        position = max(0, min(position, len(self.session.order) - 1))
+        item_id = self.session.order[position]
+        self.session.refresh()  # what another tab of this rater saved shows here too
+        scores, comment = self.session.latest(item_id)
+        self.item = {k: _jsonable(v) for k, v in self.session.view(item_id).items()}
+        self.scores, self.comment = scores, comment
+        self.done = self.session.progress()[0]
+        self.position = position
+
+    def _save(self, scores: dict, comment: str | None) -> None:
+        """Store just the fields changed here: a field another tab saved meanwhile is kept, and shown."""
+        item_id = self.session.order[self.position]
+        self.session.rate(item_id, comment, **scores)
+        self.session.refresh()
+        self.scores, self.comment = self.session.latest(item_id)
+        self.done = self.session.progress()[0]
+        self._stamp(item_id)
+
+    def _do_rate(self, c):
+        dim, value = c.get("dimension"), c.get("value")
+        if isinstance(value, str) and value.isdigit():
+            value = int(value)
+        self._save({dim: value}, None)
+
+    def _do_comment(self, c):
+        self._save({}, str(c.get("text", "")))
+
+    def _do_next(self, c):
+        self._show(self.position + 1)
+
+    def _do_prev(self, c):
+        self._show(self.position - 1)
+
+    def _do_goto(self, c):
+        position = c.get("position", 0)
+        if not isinstance(position, int) or isinstance(position, bool):
+            raise ValueError(f"goto needs a whole-number position, not {position!r}")
+        self._show(position)
+
+    def _do_unrated(self, c):
+        nxt = self.session.next_unrated()
+        if nxt is None:
+            self.saved = "every item is rated"
+        else:
+            self._show(self.session.order.index(nxt))
+
+    def _do_download(self, c):
+        # The session's rater, never the trait: what the page shows is not who the kernel let in.
+        rater = self.session.rater
+        ratings = self.session.store.ratings(kind=self.session.kind)
+        csv = ratings[ratings["rater"] == rater].to_csv(index=False)
+        self.send({"kind": "download", "filename": f"ratings-{rater}.csv", "content": csv})
+
+
+class RatingAppView:
+    """The rating app's page: a name prompt, then the rating panel of that rater. No code, nothing else.
+
+    A thin view over :class:`fabnb.qa.rating.RatingApp` (which refuses an empty name, or a
+    rater without a manifest when there are manifests); ``fabnb rate --serve`` shows it
+    with Voilà. :meth:`enter` is what typing a name and pressing Enter does.
+
+    Parameters
+    ----------
+    app : RatingApp
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> view = RatingAppView(RatingApp.from_folders(None, tempfile.mkdtemp()))
+    >>> type(view.enter("ana")).__name__  # the name prompt gives way to that rater's panel
+    'RatingPanel'
+    """
+
+    def __init__(self, app: RatingApp):
+        import ipywidgets
+
+        self.app = app
+        self.panel: RatingPanel | None = None
+        self.error = ""  # the last refusal, as text
+        self.name = ipywidgets.Text(placeholder="your name", description="Your name:", continuous_update=False)
+        self.name.add_class("fabnb-rater-name")
+        start = ipywidgets.Button(description="Start rating", button_style="primary")
+        start.add_class("fabnb-start")
+        intro = (f"{len(app.items)} QA pairs to rate on accuracy, relevance, difficulty and diversity (1-5). "
+                 "Every score is saved the moment you give it: you can close this page and come back.")
+        if app.problems is not None and len(app.problems):
+            intro += f" ({len(app.problems)} QA file(s) could not be read and are left out.)"
+        # Escaped: a message may quote a rater's name or a folder, shown as text and never as markup.
+        self.message = ipywidgets.HTML("")
+        self.message.add_class("fabnb-app-message")
+        # Enter in the box (continuous_update=False sends the value then) or the button starts.
+        self.name.observe(lambda change: self.enter(change["new"]), names="value")
+        start.on_click(lambda _button: self.enter(self.name.value))
+        self.widget = ipywidgets.VBox([ipywidgets.HTML(f"<h3>FAB-Bench QA rating</h3><p>{html.escape(intro)}</p>"),
+                                       ipywidgets.HBox([self.name, start]), self.message])
+        self.widget.add_class("fabnb-rating-app")
+
+    def enter(self, rater: str) -> RatingPanel | None:
+        """Start rating as ``rater``: the panel replaces the prompt; a refused name is said under it."""
+        if self.panel is not None:
+            return self.panel  # already started (the button after Enter, or leaving the box)
+        try:
+            session = self.app.start(rater)
+        except (FabnbError, OSError, ValueError) as exc:  # every refusal shows under the box, never a blank page
+            self.error = str(exc)
+            self.message.value = f"<p style='color:#b00020'>{html.escape(self.error)}</p>"
+            return None
+        self.panel = RatingPanel(session)
+        self.widget.children = (self.panel,)
+        return self.panel
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+
+def rating_app(qa: str | Path | None = None, ratings: str | Path | None = None,
+               manifests: str | Path | None = None):
+    """The rating app's page (what ``fabnb rate --serve`` shows, and the Binder app link).
+
+    Each argument left out comes from the environment: ``FABNB_QA_DIR`` (unset: the
+    released 200 FAB-Bench pairs), ``FABNB_RATINGS_DIR`` (unset: ``ratings`` here) and
+    ``FABNB_MANIFESTS_DIR`` (unset: no assignments). A folder that cannot be used gives
+    a page that says what is wrong, not a traceback.
+
+    Returns
+    -------
+    RatingAppView, or an ipywidgets.Label with the problem
+    """
+    import ipywidgets
+
+    from ..qa.access import ACCESS_ENV, rater_of_link
+
+    qa = qa or os.environ.get("FABNB_QA_DIR") or None
+    ratings = ratings or os.environ.get("FABNB_RATINGS_DIR") or "ratings"
+    manifests = manifests or os.environ.get("FABNB_MANIFESTS_DIR") or None
+    try:
+        view = RatingAppView(RatingApp.from_folders(qa, ratings, manifests))
+        if os.environ.get(ACCESS_ENV):
+            # Served beyond loopback: the server let this page through for a valid token; the kernel checks it
+            # again (it sees only the query string) and opens that rater's panel, with no name prompt.
+            rater = rater_of_link(os.environ.get("QUERY_STRING", ""), os.environ[ACCESS_ENV])
+            if view.enter(rater) is None:
+                raise FabnbError(view.error)
+        return view
+    except (FabnbError, OSError, ValueError) as exc:
+        label = ipywidgets.Label(f"The rating app cannot start: {exc}")
+        label.add_class("fabnb-app-message")
+        return label
+
+
+def explorer_app(folder: str | Path | None = None):
+    """The results explorer's page (``fabnb explore DIR``): a run folder (default: ``FABNB_EXPLORE_DIR``) in a
+    :class:`ResultsExplorer`, or a label that says what is wrong, never a blank page."""
+    import ipywidgets
+
+    folder = Path(folder or os.environ.get("FABNB_EXPLORE_DIR") or ".")
+    try:
+        return ResultsExplorer(folder, export_path=folder / "explorer-view.csv")
+    except (FabnbError, OSError, ValueError, KeyError) as exc:
+        label = ipywidgets.Label(f"The results explorer cannot open {folder}: {exc}")
+        label.add_class("fabnb-app-message")
+        return label
+
+
+class QACurator(_View):
+    """Keep, drop or edit candidate QA pairs toward target counts per test type.
+
+    Keys: k keep (and next), d drop (and next), u undo (back to pending), n / p next and
+    previous. Near-duplicates come one after another and are listed beside the item.
+
+    Parameters
+    ----------
+    session : CurationSession
+    export_to : path, optional
+        Where the "export kept" button writes the FAB-Bench files.
+    """
+
+    _esm = _asset("curation.js")
+    _css = _asset("curation.css")
+
+    filters = traitlets.Dict().tag(sync=True)
+    options = traitlets.Dict().tag(sync=True)
+    ids = traitlets.List().tag(sync=True)
+    position = traitlets.Int(0).tag(sync=True)
+    item = traitlets.Dict().tag(sync=True)
+    progress = traitlets.List().tag(sync=True)
+    problems = traitlets.List().tag(sync=True)
+
+    def __init__(self, session, export_to: str | Path = "curated", **kwargs):
+        self.session = session
+        self.export_to = Path(export_to)
+        c = session.candidates
+        options = {name: sorted(str(v) for v in c[name].dropna().unique())
+                   for name in ("test_type", "question_format", "precision_level")}
+        options["status"] = ["pending", "kept", "dropped"]
+        super().__init__(options=options, problems=session.problems.to_dict("records"), **kwargs)
+        self._select({})
+
+    def _select(self, filters: dict, keep_id: str | None = None) -> None:
+        self.filters = {k: v for k, v in filters.items() if v}
+        self.ids = self.session.select(**self.filters)
+        position = self.ids.index(keep_id) if keep_id in self.ids else 0
+        self._show(position)
+
+    def _show(self, position: int) -> None:
+        self.progress = _jsonable(self.session.progress().to_dict("records"))
+        if not self.ids:
+            self.item, self.position = {}, 0
+            return
+        position = max(0, min(position, len(self.ids) - 1))
+        self.item = _jsonable(self.session.item(self.ids[position]))
+        self.position = position
+
+    def _current(self) -> str:
+        if not self.item:
+            raise ValueError("no candidate selected: the filters match nothing.")
+        return self.item["test_id"]
+
+    def _decided(self, test_id: str, advance: bool) -> None:
+        self._stamp(test_id)
+        self._show(self.position + (1 if advance else 0))
+
+    def _do_keep(self, c):
+        self.session.keep(self._current())
+        self._decided(self._current(), c.get("advance", True))
+
+    def _do_drop(self, c):
+        self.session.drop(self._current(), str(c.get("reason", "")))
+        self._decided(self._current(), c.get("advance", True))
+
+    def _do_reset(self, c):
+        self.session.reset(self._current())
+        self._decided(self._current(), False)
+
+    def _do_edit(self, c):
+        self.session.edit(self._current(), **{str(c.get("field")): c.get("value")})
+        self._decided(self._current(), False)
+
+    def _do_next(self, c):
+        self._show(self.position + 1)
+
+    def _do_prev(self, c):
+        self._show(self.position - 1)
+
+    def _do_filter(self, c):
+        self._select({**self.filters, str(c.get("name")): c.get("value") or None},
+                     self.item.get("test_id") if self.item else None)
+
+    def _do_export(self, c):
+        paths = self.session.export(self.export_to)
+        self.saved = f"exported {len(paths)} kept pairs to {self.export_to}"
+
+
+class CorpusInspector(_View):
+    """Browse documents and chunks, search, and see knowledge-base terms by category.
+
+    Keys: n / p next and previous chunk of the document; / focuses the search box.
+
+    Parameters
+    ----------
+    session : CorpusSession
+    """
+
+    _esm = _asset("corpus.js")
+    _css = _asset("corpus.css")
+
+    documents = traitlets.List().tag(sync=True)
+    doc_id = traitlets.Unicode("").tag(sync=True)
+    chunks = traitlets.List().tag(sync=True)
+    chunk = traitlets.Dict().tag(sync=True)
+    query = traitlets.Unicode("").tag(sync=True)
+    results = traitlets.List().tag(sync=True)
+
+    def __init__(self, session, **kwargs):
+        self.session = session
+        super().__init__(documents=_jsonable(session.documents().to_dict("records")), **kwargs)
+        first = session.chunks.iloc[0]
+        self._open_doc(first["doc_id"])
+
+    def _open_doc(self, doc_id: str, chunk_id: str | None = None) -> None:
+        s = self.session.stats
+        rows = s[s["doc_id"] == doc_id]
+        if rows.empty:
+            raise KeyError(f"no document {doc_id!r}")
+        cols = ["chunk_id", "position", "precision_level", "technical_density", "flesch_reading_ease"]
+        self.chunks = _jsonable(rows[cols].to_dict("records"))
+        self.doc_id = doc_id
+        self.chunk = _jsonable(self.session.chunk(chunk_id or rows["chunk_id"].iloc[0]))
+
+    def _do_doc(self, c):
+        self._open_doc(str(c.get("doc_id")))
+
+    def _do_chunk(self, c):
+        chunk_id = str(c.get("chunk_id"))
+        doc = self.session.chunk(chunk_id)["doc_id"]
+        self._open_doc(doc, chunk_id)
+
+    def _step(self, delta: int) -> None:
+        ids = [r["chunk_id"] for r in self.chunks]
+        i = ids.index(self.chunk["chunk_id"]) + delta
+        if 0 <= i < len(ids):
+            self.chunk = _jsonable(self.session.chunk(ids[i]))
+
+    def _do_next(self, c):
+        self._step(1)
+
+    def _do_prev(self, c):
+        self._step(-1)
+
+    def _do_search(self, c):
+        self.query = str(c.get("query", ""))
+        self.results = _jsonable(self.session.search(self.query).to_dict("records"))
+
+
+class ResultsExplorer(_View):
+    """Judged answers as a table: filter, sort, open one cell in full, compare two configurations, export.
+
+    Keys: j / k move, Enter opens the cell (question, expected answer, gold evidence, the retrieved
+    passages in rank order with the gold ones marked, the answer, each metric's score and reason,
+    the reference check), Esc goes back, / finds text in questions and answers, n / p page.
+    Only the visible page of rows goes to the browser.
+
+    Parameters
+    ----------
+    explorer : Explorer or path
+        :class:`fabnb.views.explorer.Explorer`, or an experiment's output folder (``fabnb run``).
+    export_path : path
+        Where "export CSV" writes the filtered view.
+    """
+
+    _esm = _asset("explorer.js")
+    _css = _asset("explorer.css")
+
+    rows = traitlets.List().tag(sync=True)
+    columns = traitlets.List().tag(sync=True)
+    total = traitlets.Int(0).tag(sync=True)
+    shown = traitlets.Int(0).tag(sync=True)
+    page = traitlets.Int(0).tag(sync=True)
+    pages = traitlets.Int(0).tag(sync=True)
+    filters = traitlets.Dict().tag(sync=True)
+    options = traitlets.Dict().tag(sync=True)
+    sort = traitlets.Dict().tag(sync=True)
+    detail = traitlets.Dict().tag(sync=True)
+    comparison = traitlets.Dict().tag(sync=True)
+
+    def __init__(self, explorer, export_path: str | Path = "explorer-view.csv", **kwargs):
+        from .explorer import Explorer
+
+        self.explorer = explorer if isinstance(explorer, Explorer) else Explorer.from_folder(explorer)
+        self.export_path = Path(export_path)
+        cells = self.explorer.cells
+        options = {col: sorted(cells[col].dropna().unique().tolist()) for col in
+                   ("system", "model", "context_k", "mode", "test_type", "question_format", "state")}
+        options["metric"] = self.explorer.metrics
+        super().__init__(options=_jsonable(options), total=len(cells), **kwargs)
+        self._refresh()
+
+    def _refresh(self, page: int = 0) -> None:
+        view = self.explorer.view()
+        size = self.explorer.page_size
+        self.pages = max(1, -(-len(view) // size))
+        self.page = min(max(0, page), self.pages - 1)
+        self.shown = len(view)
+        rows = view.iloc[self.page * size:(self.page + 1) * size]
+        self.columns = [c for c in view.columns if c not in ("model", "judge_failures")] + ["judge_failures"]
+        self.rows = _jsonable(rows.to_dict("records"))
+        self.filters = _jsonable(self.explorer.filters)
+        column, descending = self.explorer.sort_by
+        self.sort = {"column": column, "descending": descending}
+
+    def _do_filter(self, c):
+        changes = {k: v for k, v in c.items() if k != "action"}
+        for key in ("score_min", "score_max"):
+            if key in changes and changes[key] not in ("", None):
+                changes[key] = float(changes[key])
+        if "context_k" in changes and changes["context_k"] not in ("", None):
+            changes["context_k"] = float(changes["context_k"])
+        for key in ("judge_failures", "retrieval_miss", "flagged"):
+            if key in changes and not changes[key]:
+                changes[key] = None
+        self.explorer.filter(**changes)
+        self.detail, self.comparison = {}, {}
+        self._refresh()
+
+    def _do_sort(self, c):
+        self.explorer.sort(str(c["column"]), bool(c.get("descending")))
+        self._refresh(self.page)
+
+    def _do_page(self, c):
+        self._refresh(int(c.get("number", 0)))
+
+    def _do_open(self, c):
+        self.detail = _jsonable(self.explorer.detail(c["cell"]))
+
+    def _do_close(self, c):
+        self.detail, self.comparison = {}, {}
+
+    def _do_export(self, c):
+        path = self.explorer.export(c.get("path") or self.export_path)
+        self._stamp(f"{self.shown} rows to {path}")
+
+    def compare(self, a: dict, b: dict, metric: str | None = None) -> "ResultsExplorer":
+        """Show two configurations side by side, largest drop first (:meth:`fabnb.views.explorer.Explorer.compare`)."""
+        table = self.explorer.compare(a, b, metric)
+        col = metric or "average"
+        columns = ["test_id", f"{col}_a", f"{col}_b", "drop", *[f"{m}_diff" for m in self.explorer.metrics]]
+        self.detail = {}
+        self.comparison = {"a_label": ", ".join(f"{k} {v}" for k, v in a.items()),
+                           "b_label": ", ".join(f"{k} {v}" for k, v in b.items()), "columns": columns,
+                           "rows": _jsonable(table[columns].to_dict("records"))}
+        return self
+
+
+def download_link(path: str | Path):
+    """A link that downloads ``path`` from the notebook: the file, or a folder as one zip archive.
+
+    On Binder the session is temporary: this is how results leave it. A folder is zipped
+    next to itself (``<folder>.zip``, replaced on each call). Jupyter serves files relative to
+    the notebook's folder (its ``files/`` route), so the link is relative to the kernel's
+    working folder; a file outside it (a folder under ``/tmp``, say) is zipped or copied into
+    ``downloads/`` there first, since a link to it could never download.
+
+    Returns
+    -------
+    IPython.display.FileLink
+        Shown as a link in the notebook; its ``path`` (relative) is what downloads.
+    """
+    from IPython.display import FileLink  # lazy: only a notebook needs it
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist yet: run the cells above that write it first.")
+    here = Path.cwd().resolve()
+    inside = path.resolve().is_relative_to(here)
+    if path.is_dir():
+        target = path.resolve().parent / path.name if inside else here / "downloads" / path.resolve().name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        path = Path(shutil.make_archive(str(target), "zip", root_dir=path))
+    elif not inside:
+        (here / "downloads").mkdir(exist_ok=True)
+        path = Path(shutil.copy2(path, here / "downloads" / path.name))
+    return FileLink(os.path.relpath(path.resolve(), here), result_html_prefix="Download: ")
