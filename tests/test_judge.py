@@ -116,6 +116,24 @@ def test_bad_judge_output_is_a_judge_failure_with_its_cause(text, cause):
     assert err.value.cause == cause
 
 
+@pytest.mark.parametrize("raised, cause", [(KeyError("score"), "missing-field"), (ValueError("bad JSON"), "not-json"),
+                                           (TypeError("'NoneType' is not subscriptable"), "not-json")])
+def test_an_error_inside_geval_is_a_judge_failure_with_its_cause(monkeypatch, raised, cause):
+    """Issue 47 item 7: ``except Exception`` stood before ``except KeyError`` and ``except (ValueError, TypeError)``,
+    so such errors from inside G-Eval surfaced raw instead of as a JudgeError with its cause."""
+    import fabnb.judge.geval as geval
+
+    class Broken:
+        async def a_measure(self, case, _show_indicator=False):
+            raise raised
+
+    monkeypatch.setattr(geval, "geval_metric", lambda *a, **k: Broken())
+    with StubServer(judge_reply()) as server:
+        with pytest.raises(JudgeError) as err:
+            score(LLM("j", server.base_url, cache=False))
+    assert err.value.cause == cause
+
+
 def test_empty_enormous_and_injected_answers():
     with StubServer(judge_reply(score=9, alts=(("9", 1.0),))) as server:
         llm = LLM("j", server.base_url, cache=False)

@@ -338,14 +338,17 @@ async def score_answer(llm, metric: str, *, question: str, answer: str, expected
         raise
     except LLMError as exc:
         raise JudgeError(str(exc), exc.cause) from None
+    except (KeyError, ValueError, TypeError) as exc:  # before `Exception`, which would catch them first
+        if model.refused is not None:  # DeepEval may wrap the check's error: the check's own verdict is the cause
+            raise model.refused from None
+        if isinstance(exc, KeyError):
+            raise JudgeError(f"the judge's JSON lacks {exc}; it must hold reason and score.", "missing-field") \
+                from None
+        raise JudgeError(f"the judge's output is not the JSON asked for: {str(exc)[:200]}", "not-json") from None
     except Exception:  # noqa: BLE001 - DeepEval may wrap the check's error: the check's own verdict is the cause
         if model.refused is not None:
             raise model.refused from None
         raise
-    except KeyError as exc:
-        raise JudgeError(f"the judge's JSON lacks {exc}; it must hold reason and score.", "missing-field") from None
-    except (ValueError, TypeError) as exc:
-        raise JudgeError(f"the judge's output is not the JSON asked for: {str(exc)[:200]}", "not-json") from None
     done = model.last
     base.update(prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens, cached=done.cached)
     raw, reason = read_judgement(done.text)
