@@ -85,8 +85,6 @@ def run_exit(run) -> int:
     """The exit status of a finished run (:data:`fabnb.core.exits.EXIT`): ok only when every cell is stored."""
     if run.status == "stopped-by-budget":
         return EXIT["budget"]
-    if run.status not in ("finished", "dry-run"):
-        return EXIT["failed_cells"]
     return EXIT["failed_cells"] if run.status == "finished" and len(run.failures) else EXIT["ok"]
 
 

@@ -37,6 +37,8 @@ PROBE_COLUMNS = ["endpoint", "model_reported", "latency_s", "completion_tokens",
 #: overrides each with ``confirm_usd`` / ``confirm_hours``.
 CONFIRM_USD = 50.0
 CONFIRM_HOURS = 2.0
+#: A probe frame's columns: :data:`PROBE_COLUMNS` and when each was measured (now, or the run it was kept from).
+_MEASURED_COLUMNS = [*PROBE_COLUMNS, "measured"]
 #: Where a run folder keeps its probes (:func:`keep_probes`): a rerun against the same endpoint sends none.
 PROBES_FILE = "probes.json"
 _PROBE_TEXT = " ".join(["A wafer is a thin slice of semiconductor used to make integrated circuits."] * 40)
@@ -178,9 +180,9 @@ def kept_probes(folder: Path) -> pd.DataFrame:
         data = None
     rows = data.get("probes") if isinstance(data, dict) else None
     if not isinstance(rows, list):
-        return pd.DataFrame(columns=[*PROBE_COLUMNS, "measured"])
+        return pd.DataFrame(columns=_MEASURED_COLUMNS)
     frame = pd.DataFrame([r for r in rows if isinstance(r, dict) and isinstance(r.get("endpoint"), str)],
-                         columns=[*PROBE_COLUMNS, "measured"])
+                         columns=_MEASURED_COLUMNS)
     return frame.drop_duplicates("endpoint", keep="last").reset_index(drop=True)
 
 
@@ -189,11 +191,11 @@ def keep_probes(folder: Path, probes: pd.DataFrame) -> None:
     one of the same endpoint identity). A failed probe is not kept: the next run probes that endpoint again."""
     from .output import json_records, write_json
 
-    fresh = probes[~probes["error"].astype(bool)] if len(probes) else probes
-    fresh = fresh[fresh["measured"].notna()] if "measured" in fresh else fresh.iloc[0:0]
+    if not len(probes):  # not probed (--no-probe), or nothing to do
+        return
+    fresh = probes[~probes["error"].astype(bool) & ~probes["kept"].astype(bool)].drop(columns="kept")
     if not len(fresh):
         return
-    fresh = fresh.drop(columns=["kept"], errors="ignore")
     merged = pd.concat([kept_probes(folder), fresh], ignore_index=True).drop_duplicates("endpoint", keep="last")
     write_json(Path(folder) / PROBES_FILE, {"probes": json_records(merged.reset_index(drop=True))}, indent=1)
 
@@ -218,7 +220,7 @@ def probe_endpoints(exp: Experiment, built: dict, only=None, kept: pd.DataFrame 
     import datetime as dt
 
     rows, seen = [], set()
-    kept = kept if kept is not None else pd.DataFrame(columns=[*PROBE_COLUMNS, "measured"])
+    kept = kept if kept is not None else pd.DataFrame(columns=_MEASURED_COLUMNS)
     known = {r["endpoint"]: r for r in kept.to_dict("records")}
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     targets = [(s.endpoint, s, built.get(s.name)) for s in exp.systems] + [(exp.judge, None, None)]
@@ -472,7 +474,7 @@ def plan(exp: Experiment, probe: bool = False, _cache: dict | None = None) -> Pl
     answers, judged = _mark_done(exp, answers, _judge_estimates(exp, questions, answers))
     probes = (probe_endpoints(exp, cache.get("built", {}), only=_endpoints_to_do(exp, answers, judged),
                               kept=kept_probes(exp.output))
-              if probe else pd.DataFrame(columns=[*PROBE_COLUMNS, "measured"]))
+              if probe else pd.DataFrame(columns=_MEASURED_COLUMNS))
     speed = {r.endpoint: (r.s_per_prompt_token, r.s_per_completion_token) for r in probes.itertuples()}
     rows, max_call = [], {}
     for spec in exp.systems:

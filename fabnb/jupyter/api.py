@@ -32,6 +32,9 @@ from ..core.errors import FabnbError
 __all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "ApiError", "Results", "confine", "doctor", "loads", "new_experiment",
            "plan", "rate_page", "runs", "text_field"]
 
+#: The longest path or name a request may send (a value over it is never repeated whole in a message or a log).
+MAX_PATH_CHARS = 4096
+
 #: Filters the results viewer may send (:meth:`fabnb.views.explorer.Explorer.filter`'s keys), and how each is read.
 _FILTER_TYPES = {"system": str, "model": str, "context_k": float, "mode": str, "test_type": str,
                  "question_format": str, "metric": str, "score_min": float, "score_max": float,
@@ -49,7 +52,7 @@ class ApiError(FabnbError):
 def confine(root: str | Path, rel: str, must_exist: bool = True) -> Path:
     """``rel`` resolved inside ``root`` (symbolic links followed); :class:`ApiError` outside it or missing."""
     root = Path(root).resolve()
-    if not isinstance(rel, str) or "\x00" in rel or len(rel) > 4096:
+    if not isinstance(rel, str) or "\x00" in rel or len(rel) > MAX_PATH_CHARS:
         raise ApiError(f"{str(rel)[:80]!r} is not a path; name a path inside the server's root.")
     path = (root / rel.lstrip("/") if not os.path.isabs(rel) else Path(rel)).resolve()
     if path != root and root not in path.parents:
@@ -378,6 +381,7 @@ def text_field(body: dict, key: str, what: str, default: str = "") -> str:
         value = default
     if not isinstance(value, str):
         raise ApiError(f"{what}: {key} must be a string, not {type(value).__name__}.")
-    if len(value) > 4096:
-        raise ApiError(f"{what}: {key} holds {len(value):,} characters; a path or name has at most 4,096.")
+    if len(value) > MAX_PATH_CHARS:
+        raise ApiError(f"{what}: {key} holds {len(value):,} characters; a path or name has at most "
+                       f"{MAX_PATH_CHARS:,}.")
     return value

@@ -57,12 +57,16 @@ class _Handler(APIHandler):
         return None if refused else result
 
     def body(self) -> dict:
-        """The request's JSON object (:func:`fabnb.jupyter.api.loads`: size and nesting capped). Called inside
-        :meth:`answer`'s function, so a refusal is its status and message, never a 500 with the body in the log."""
-        if len(self.request.body) > MAX_BODY_BYTES:  # refused before it is decoded or parsed
-            raise ApiError(f"the request body holds {len(self.request.body):,} bytes, over the {MAX_BODY_BYTES:,} a "
-                           "request may send.", 413)
-        return loads(self.request.body.decode("utf-8", "replace"), "the request body")
+        """The request's JSON object (:func:`fabnb.jupyter.api.loads`: size and nesting capped), parsed once per
+        request however many fields a route reads. Called inside :meth:`answer`'s function, so a refusal is its
+        status and message, never a 500 with the body in the log."""
+        parsed = getattr(self, "_parsed_body", None)
+        if parsed is None:
+            if len(self.request.body) > MAX_BODY_BYTES:  # refused before it is decoded or parsed
+                raise ApiError(f"the request body holds {len(self.request.body):,} bytes, over the "
+                               f"{MAX_BODY_BYTES:,} a request may send.", 413)
+            parsed = self._parsed_body = loads(self.request.body.decode("utf-8", "replace"), "the request body")
+        return parsed
 
 
 
