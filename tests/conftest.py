@@ -1,6 +1,8 @@
 """Shared fixtures: small hand-made score frames with known answers."""
 
+import importlib
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -141,3 +143,33 @@ def pytest_terminal_summary(terminalreporter):
     if rows:
         terminalreporter.section("fault injection: cause recorded, requests on the rerun, cells healed")
         terminalreporter.write_line(pd.DataFrame(rows).to_markdown(index=False))
+
+
+TOY_KIND = '''
+from fabnb.rag import HTTPAdapter
+from fabnb.rag.kinds import system_kind
+
+
+@system_kind("toyrag", "a toy RAG product, for the test", {"collection": "the toy's collection",
+                                                          "depth": "how deep it digs"}, ranges={"depth": (1, 9)})
+class ToyRAG(HTTPAdapter):
+    FIXED = ("request", "answer_path", "sources_path", "source_text", "source_id", "headers", "model")
+
+    def __init__(self, base_url: str, collection: str, depth: int = 3, api_key: str | None = None, **kwargs):
+        super().__init__("toyrag", base_url + "/ask", {"q": "{question}", "c": collection}, "answer",
+                         api_key=api_key, **kwargs)
+'''
+
+
+@pytest.fixture
+def toy_kind(tmp_path, monkeypatch):
+    """A system kind added by one new module, as a user's package would (then taken out again)."""
+    from fabnb.rag.kinds import SYSTEM_KINDS, system_kinds
+
+    system_kinds()
+    (tmp_path / "toy_kind_module.py").write_text(TOY_KIND)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module("toy_kind_module")
+    yield SYSTEM_KINDS["toyrag"]
+    SYSTEM_KINDS.pop("toyrag", None)
+    sys.modules.pop("toy_kind_module", None)

@@ -244,19 +244,15 @@ def test_adapter_settings_are_checked_by_their_signature(tmp_path, system, words
         assert word in str(err.value), (word, str(err.value))
 
 
-def test_the_docs_list_each_adapters_settings_as_the_file_check_reads_them():
-    from fabnb.experiment import SYSTEM_KINDS, adapter_settings
-    from fabnb.experiment.fields import _names
+def test_the_docs_list_each_kinds_settings_as_the_file_check_reads_them():
+    from fabnb.rag.kinds import kinds_table, system_kinds
 
     doc = (ROOT / "docs" / "experiment.md").read_text()
-    table = doc[doc.index("<!-- adapter-settings -->"):doc.index("<!-- /adapter-settings -->")]
-    for kind in SYSTEM_KINDS:
-        if kind == "reference":
-            continue
-        items = adapter_settings(kind)
-        required = ", ".join(f"`{n}` ({_names(t)})" for n, (t, r) in items.items() if r) or "none"
-        optional = ", ".join(f"`{n}`" for n, (t, r) in items.items() if not r)
-        assert f"| `{kind}` | {required} | {optional} |" in table, kind
+    table = doc[doc.index("<!-- kinds -->") + len("<!-- kinds -->"):doc.index("<!-- /kinds -->")].strip()
+    assert table == kinds_table()
+    for kind in system_kinds().values():
+        required = ", ".join(s.describe() for s in kind.settings.values() if s.required) or "none"
+        assert f"| `{kind.name}` | {kind.doc} | {required} |" in table, kind.name
     path_ok = Experiment.from_dict({"name": "x", "output": "o", "systems": [
         {"name": "s", "kind": "http", "base_url": "http://h/ask",
          "settings": {"request": {"q": "{question}"}, "answer_path": "answer"}}]})
@@ -265,31 +261,69 @@ def test_the_docs_list_each_adapters_settings_as_the_file_check_reads_them():
 
 def test_every_setting_an_adapter_kind_lists_builds_it():
     """A setting the file check allows is one the adapter takes: none may end in a TypeError at build time."""
-    from fabnb.experiment import SYSTEM_KINDS, adapter_settings
+    from fabnb.rag.kinds import system_kinds
 
     samples = {str: "x", int: 3, dict: {"q": "{question}"}, object: {"X-Trace": "1"}, (int, float): 1.5}
-    for kind, spec in SYSTEM_KINDS.items():
-        if kind == "reference" or spec.framework:
+    for kind in system_kinds().values():
+        if kind.uses_endpoint:
             continue
-        for name, (types, _) in adapter_settings(kind).items():
-            settings = {n: samples[t] for n, (t, required) in adapter_settings(kind).items() if required}
-            settings[name] = samples.get(types, "x")
+        for name, setting in kind.settings.items():
+            settings = {n: samples[s.types] for n, s in kind.settings.items() if s.required}
+            settings[name] = samples.get(setting.types, "x")
             exp = Experiment.from_dict({"name": "x", "output": "o", "systems": [
-                {"name": "s", "kind": kind, "base_url": "http://127.0.0.1:9", "settings": settings}]})
+                {"name": "s", "kind": kind.name, "base_url": "http://127.0.0.1:9", "settings": settings}]})
             system = exp.systems[0].build(None)
-            assert system.name == "s", (kind, name)
+            assert system.name == "s", (kind.name, name)
+
+
+def test_a_setting_out_of_its_range_is_refused_with_the_line(tmp_path):
+    (tmp_path / "e.toml").write_text('name = "x"\noutput = "o"\n[[systems]]\nname = "s"\nkind = "lightrag"\n'
+                                     'base_url = "http://h"\nsettings = {chunk_size = 0}\n')
+    with pytest.raises(ExperimentError, match=r"settings.chunk_size = 0 \(line 7\) is out of range: it must be 1 to "
+                                              r"32768"):
+        Experiment.from_file(tmp_path / "e.toml")
+
+
+def test_a_kind_added_in_one_module_is_in_the_check_the_plan_the_docs_the_doctor_and_the_route(toy_kind, tmp_path):
+    from fabnb.jupyter.api import kind_table, new_experiment
+    from fabnb.rag.kinds import kinds_table
+    from fabnb.views.doctor import check
+
+    body = ('name = "x"\noutput = "o"\n[questions]\nsample = 2\n[contexts]\nwindows = [1]\n'
+            '[[systems]]\nname = "toy"\nkind = "toyrag"\nbase_url = "http://127.0.0.1:9"\n')
+    path = tmp_path / "e.toml"
+    path.write_text(body)
+    with pytest.raises(ExperimentError, match=r"\(toyrag\) \(line 9\) needs settings collection \(a string\)"):
+        Experiment.from_file(path)
+    path.write_text(body + 'settings = {collection = "c", depth = 12}\n')
+    with pytest.raises(ExperimentError, match=r"settings.depth = 12 .* must be 1 to 9"):
+        Experiment.from_file(path)
+    path.write_text(body + 'settings = {collection = "c"}\n')
+    exp = Experiment.from_file(path)
+    assert type(exp.systems[0].build(None)).__name__ == "ToyRAG"
+    planned = plan(exp, probe=False)
+    assert set(planned.table["system"]) == {"toy"} and "answers" in set(planned.table["stage"])
+    assert "| `toyrag` | a toy RAG product, for the test | `collection` (the toy's collection, a string) |" in \
+        kinds_table()
+    rows = check(model=False, endpoint=False)
+    assert rows[rows["check"] == 'kind = "toyrag"']["status"].tolist() == ["ok"]
+    listed = {k["name"]: k for k in kind_table()}
+    assert [s["name"] for s in listed["toyrag"]["settings"]] == ["collection", "depth"]
+    assert listed["toyrag"]["settings"][1]["range"] == [1, 9]
+    made = (tmp_path / new_experiment(tmp_path, ".", kind="toyrag")).read_text()
+    assert 'kind = "toyrag"' in made and 'settings.collection = ""' in made
 
 
 def test_retrievers_come_from_one_registry_and_minilm_says_how_to_install_it(tmp_path, monkeypatch):
-    from fabnb.experiment import SYSTEM_KINDS
+    from fabnb.rag.kinds import system_kinds
     from fabnb.rag.retrievers import RETRIEVERS
 
     doc = (ROOT / "docs" / "experiment.md").read_text()
     for name, kind in RETRIEVERS.items():
         assert f"| `{name}` | {kind.description} |" in doc, name
     systems_row = next(line for line in doc.splitlines() if line.startswith("| `[[systems]]`"))
-    assert systems_row.count("`, `") >= len(SYSTEM_KINDS) - 1
-    assert all(f"`{kind}`" in systems_row for kind in SYSTEM_KINDS)
+    assert systems_row.count("`, `") >= len(system_kinds()) - 1
+    assert all(f"`{kind}`" in systems_row for kind in system_kinds())
     path = tmp_path / "e.toml"
     path.write_text('name = "x"\noutput = "o"\n[[systems]]\nname = "r"\nmodel = "embedded"\nretriever = "minilm"\n')
     if RETRIEVERS["minilm"].missing() is None:  # installed here (the test extra has it): it is accepted

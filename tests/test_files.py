@@ -127,7 +127,7 @@ def test_a_corpus_knowledge_base_and_rater_manifest_that_are_devices_are_refused
     """Item 4: every file read by a name from a file goes through the one reader."""
     from fabnb.corpus.collection import load_corpus
     from fabnb.corpus.terms import KnowledgeBase, KnowledgeBaseError
-    from fabnb.qa.rating import RatingError, read_manifest
+    from fabnb.qa.rating import RatingError, read_rater_manifest
 
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -141,4 +141,4 @@ def test_a_corpus_knowledge_base_and_rater_manifest_that_are_devices_are_refused
     with pytest.raises(KnowledgeBaseError, match="knowledge base: .* is not a regular file"):
         KnowledgeBase.from_file(tmp_path / "kb.yaml")
     with pytest.raises(RatingError, match="not a readable manifest \\(is not a regular file"):
-        read_manifest("/dev/zero")
+        read_rater_manifest("/dev/zero")

@@ -26,7 +26,7 @@ from pytest_jupyter.pytest_tornasync import *  # noqa: F401,F403
 from tornado.httpclient import HTTPClientError
 
 from fabnb.experiment import Experiment, run_experiment, run_status
-from fabnb.jupyter.api import ApiError, Results, confine, new_experiment, plan
+from fabnb.jupyter.api import ApiError, Results, confine, new_experiment, plan_file
 
 from conftest import ROOT
 from stub_openai import StubServer
@@ -90,7 +90,7 @@ def test_every_path_is_confined_to_the_root(tmp_path):
 
 def test_the_plan_of_a_file_with_an_error_names_its_line_and_key(tmp_path):
     (tmp_path / "bad.toml").write_text('name = "x"\noutput = "o"\n[contexts]\nwindowz = [1]\n')
-    answer = plan(tmp_path, "bad.toml")
+    answer = plan_file(tmp_path, "bad.toml")
     assert not answer["ok"] and "line 4" in answer["error"] and "windowz" in answer["error"]
     assert "allowed:" in answer["error"]
 
@@ -99,7 +99,7 @@ def test_the_plan_names_variables_the_server_lacks(tmp_path, monkeypatch):
     monkeypatch.delenv("FABNB_TEST_URL", raising=False)
     monkeypatch.delenv("FABNB_TEST_KEY", raising=False)
     write_file(tmp_path)
-    answer = plan(tmp_path, "experiment.toml")
+    answer = plan_file(tmp_path, "experiment.toml")
     assert not answer["ok"] and answer["missing_env"] == ["FABNB_TEST_KEY", "FABNB_TEST_URL"]
     assert "environment JupyterLab was started in" in answer["error"] and answer["output"] == "out"
 
@@ -253,6 +253,20 @@ def test_routes_refuse_requests_without_authentication(jp_fetch, jp_asyncio_loop
         _get(jp_fetch, jp_asyncio_loop, "new", method="POST", body="{}",
              headers={"Authorization": "", "Cookie": "username-127-0-0-1=forged"})
     assert info.value.code == 403
+
+
+def test_the_kinds_route_lists_the_registry_with_a_kind_added_in_one_module(jp_fetch, jp_asyncio_loop, toy_kind):
+    kinds = {k["name"]: k for k in json.loads(_get(jp_fetch, jp_asyncio_loop, "kinds").body)}
+    assert {"reference", "http", "llamaindex", "toyrag"} <= set(kinds)
+    assert kinds["toyrag"]["doc"] == "a toy RAG product, for the test" and kinds["toyrag"]["needs_url"]
+    assert [(s["name"], s["required"], s["types"]) for s in kinds["toyrag"]["settings"]] == [
+        ("collection", True, "a string"), ("depth", False, "an integer")]
+    made = json.loads(_get(jp_fetch, jp_asyncio_loop, "new", method="POST",
+                           body=json.dumps({"folder": "", "kind": "toyrag"})).body)
+    with pytest.raises(HTTPClientError) as info:
+        _get(jp_fetch, jp_asyncio_loop, "new", method="POST", body=json.dumps({"folder": "", "kind": "nope"}))
+    assert info.value.code == 400
+    assert made["file"].endswith(".toml")
 
 
 def test_routes_answer_the_runs_and_the_results(jp_fetch, jp_asyncio_loop, jp_serverapp):

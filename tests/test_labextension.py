@@ -84,6 +84,11 @@ def test_the_extension_end_to_end_in_a_real_browser(tmp_path, fab_bench_dir):
 
             # New experiment: the commented offline example, written here and opened in the editor.
             page.locator(".jp-LauncherCard", has_text="New experiment").click()
+            # The dialog lists the server's registry of system kinds; the reference system is the first.
+            page.wait_for_selector(".fabnb-kind-select", timeout=30_000)
+            kinds = page.locator(".fabnb-kind-select option")
+            assert {"reference", "http", "llamaindex"} <= set(kinds.evaluate_all("os => os.map(o => o.value)"))
+            page.locator(".jp-Dialog-button.jp-mod-accept").click()
             page.wait_for_selector(".fabnb-plan-button", timeout=30_000)
             assert (work / "experiment.toml").is_file()
             text = _tiny((work / "experiment.toml").read_text(), qa)

@@ -131,6 +131,49 @@ def test_there_is_no_import_cycle():
             visit(m, [])
 
 
+def test_the_layers_are_the_folders():
+    """Each layer is a folder of fabnb/ (``cli`` the one loose module), and docs/package.md's table lists exactly
+    those, in pipeline order."""
+    on_disk = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    loose = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    assert loose == {"cli"}, f"modules outside a layer's folder: {sorted(loose - {'cli'})}; move each into one"
+    listed = [m for _, ms in layers() for m in ms]
+    assert set(listed) == on_disk | loose, (f"docs/package.md's layers miss {sorted(on_disk - set(listed))} and "
+                                            f"name folders that do not exist: {sorted(set(listed) - on_disk - loose)}")
+
+
+def _code_lines(lines: list[str], node) -> int:
+    """Lines of a function that hold code: its docstring, blank lines and comment lines not counted."""
+    first = node.body[0]
+    doc = (first.lineno, first.end_lineno) if isinstance(first, ast.Expr) and isinstance(
+        getattr(first, "value", None), ast.Constant) and isinstance(first.value.value, str) else (0, -1)
+    return sum(1 for n in range(node.lineno, node.end_lineno + 1)
+               if not doc[0] <= n <= doc[1] and lines[n - 1].strip() and not lines[n - 1].strip().startswith("#"))
+
+
+def test_no_function_is_over_80_lines_of_code():
+    long = []
+    for module, path in modules().items():
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                    n := _code_lines(text.splitlines(), node)) > 80:
+                long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, "functions over 80 lines of code (cut them into named steps):\n" + "\n".join(long)
+
+
+def test_no_private_name_is_imported_from_another_module():
+    """What two modules share is public in the lower one (documented, in its ``__all__``)."""
+    crossing = []
+    for module, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("fabnb")):
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                if private:
+                    crossing.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {private}")
+    assert not crossing, "private names imported across modules:\n" + "\n".join(crossing)
+
+
 def test_no_module_is_over_800_lines():
     long = {m: n for m, p in modules().items() if (n := len(p.read_text().splitlines())) > 800}
     assert not long, f"modules over 800 lines (cut them by subject): {long}"

@@ -2,7 +2,7 @@ import pandas as pd
 import pytest
 
 from fabnb.core.schema import METRICS
-from fabnb.core.scores import ScoreError, check_scores, read_scores, require_models, sweep, with_average
+from fabnb.core.scores import ScoreError, check_scores, metric_sweep, read_scores, require_models, with_average
 
 from conftest import long_frame
 
@@ -72,11 +72,11 @@ def test_with_average_adds_mean_of_six_only_where_missing(six):
 
 
 def test_sweep_computes_average_and_refuses_mixed_systems(six):
-    s = sweep(six)
+    s = metric_sweep(six)
     assert list(s.context_k[s.model == "a"]) == [4, 8, 16, 32]
     mixed = pd.concat([six, six.assign(system="T")], ignore_index=True)
     with pytest.raises(ScoreError, match="Filter to one system"):
-        sweep(mixed, "depth")
+        metric_sweep(mixed, "depth")
 
 
 def test_require_models_lists_known_models():

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.schema import AVERAGE, METRICS, SCORE_KEYS
-from ..core.scores import ScoreError, at_window, require_models, sweep
+from ..core.scores import ScoreError, at_window, metric_sweep, require_models
 
 __all__ = ['MIN_CORRELATION_N', 'MIN_FIT_WINDOWS', 'check_averages', 'classify_scaling', 'compare_correlations',
            'context_to_reach', 'crossovers', 'dilution', 'dual_mode_delta', 'fit_log_curves', 'fit_logistic_curves',
@@ -36,11 +36,16 @@ MIN_CORRELATION_N = 10
 # --------------------------------------------------------------------------- curves
 
 
-def _curves(scores: pd.DataFrame, metric: str):
-    """Per model: ln(context_k), scores, and the identifying part of a fit's result row."""
-    for model, g in sweep(scores, metric).groupby("model", sort=False):
-        yield (np.log(g["context_k"].to_numpy(float)), g["score"].to_numpy(float),
-               {"model": model, "metric": metric, "n_points": len(g)})
+def _curves(scores: pd.DataFrame, metric: str, rows: list, needs: int, curve: str):
+    """Per model with at least ``needs`` distinct contexts: ln(context_k), scores, and the identifying part of a fit's
+    result row. A model with fewer gets its "not fitted" row in ``rows``, saying why, and is not yielded."""
+    for model, g in metric_sweep(scores, metric).groupby("model", sort=False):
+        x, row = np.log(g["context_k"].to_numpy(float)), {"model": model, "metric": metric, "n_points": len(g)}
+        if len(np.unique(x)) < needs:
+            rows.append({**row, "status": "not fitted", "reason": f"{len(np.unique(x))} distinct context point(s); "
+                                                                  f"{curve} needs at least {needs}"})
+            continue
+        yield x, g["score"].to_numpy(float), row
 
 
 def fit_log_curves(scores: pd.DataFrame, metric: str = AVERAGE, alpha: float = 0.05) -> pd.DataFrame:
@@ -49,7 +54,7 @@ def fit_log_curves(scores: pd.DataFrame, metric: str = AVERAGE, alpha: float = 0
     Parameters
     ----------
     scores : DataFrame
-        A score frame with one system and mode (see :func:`fabnb.core.scores.sweep`).
+        A score frame with one system and mode (see :func:`fabnb.core.scores.metric_sweep`).
     metric : str
         Which metric to fit; ``"average"`` is computed from the six if absent.
     alpha : float
@@ -78,12 +83,7 @@ def fit_log_curves(scores: pd.DataFrame, metric: str = AVERAGE, alpha: float = 0
     from statsmodels.tools.tools import add_constant
 
     rows = []
-    for x, y, row in _curves(scores, metric):
-        if len(np.unique(x)) < 3:
-            rows.append({**row, "status": "not fitted",
-                         "reason": f"{len(np.unique(x))} distinct context point(s); a log curve with "
-                                   "a confidence interval needs at least 3"})
-            continue
+    for x, y, row in _curves(scores, metric, rows, 3, "a log curve with a confidence interval"):
         res = OLS(y, add_constant(x)).fit()
         ci = res.conf_int(alpha)
         rss = float(np.sum(res.resid**2))
@@ -120,12 +120,7 @@ def fit_logistic_curves(scores: pd.DataFrame, metric: str = AVERAGE) -> pd.DataF
     from scipy.optimize import curve_fit
 
     rows = []
-    for x, y, row in _curves(scores, metric):
-        if len(np.unique(x)) < 5:
-            rows.append({**row, "status": "not fitted",
-                         "reason": f"{len(np.unique(x))} distinct context point(s); the 4-parameter "
-                                   "S-curve needs at least 5"})
-            continue
+    for x, y, row in _curves(scores, metric, rows, 5, "the 4-parameter S-curve"):
         lo_x, hi_x = x.min(), x.max()
         p0 = [y.min(), y.max(), 2.0, float(np.median(x))]
         bounds = ([0.0, 0.0, 0.01, lo_x - 1.0], [1.0, 1.0, 50.0, hi_x + 1.0])
@@ -201,7 +196,7 @@ def operating_points(scores: pd.DataFrame, metric: str = AVERAGE, fraction: floa
     :func:`fit_logistic_curves` is an alternative reported beside it.
     """
     rows = []
-    for model, g in sweep(scores, metric).groupby("model", sort=False):
+    for model, g in metric_sweep(scores, metric).groupby("model", sort=False):
         k = g["context_k"].to_numpy(float)
         y = g["score"].to_numpy(float)
         peak = int(np.argmax(y))
@@ -265,7 +260,7 @@ def crossovers(
     [8.0]
     """
     require_models(scores, model_a, model_b)
-    curves = sweep(scores, metric)
+    curves = metric_sweep(scores, metric)
     a = curves[curves["model"] == model_a].set_index("context_k")["score"]
     b = curves[curves["model"] == model_b].set_index("context_k")["score"]
     shared = a.index.intersection(b.index).sort_values()
@@ -327,7 +322,7 @@ def routing_table(scores: pd.DataFrame, metric: str = AVERAGE, models=None) -> p
         contexts the same model wins, the routing rule of Section 8.2).
         Contexts where fewer than two of the models were measured are left out.
     """
-    curves = sweep(scores, metric)
+    curves = metric_sweep(scores, metric)
     if models is not None:
         require_models(curves, *models)
         curves = curves[curves["model"].isin(models)]
@@ -386,7 +381,7 @@ def classify_scaling(
         last_doubling_gain_pct, log_r2, logistic_r2, s_curve_preferred (the S-curve's
         AIC is lower than the log curve's by more than 2), rule (the deciding clause).
     """
-    curves = sweep(scores, metric)
+    curves = metric_sweep(scores, metric)
     log = fit_log_curves(curves, metric).set_index("model")
     logistic = fit_logistic_curves(curves, metric).set_index("model")
     rows = []
@@ -436,7 +431,7 @@ def gain_rates(scores: pd.DataFrame, model: str, spans, metric: str = AVERAGE) -
         from_k, to_k, score_from, score_to, gain, gain_per_k, gain_per_doubling.
     """
     require_models(scores, model)
-    curve = sweep(scores, metric)
+    curve = metric_sweep(scores, metric)
     curve = curve[curve["model"] == model].set_index("context_k")["score"]
     rows = []
     for lo, hi in spans:
@@ -464,7 +459,7 @@ def metric_slopes(scores: pd.DataFrame, metrics=METRICS) -> pd.DataFrame:
     for metric in metrics:
         fits = fit_log_curves(scores, metric)
         fits = fits[fits["status"] == "fitted"]
-        curves = sweep(scores, metric)
+        curves = metric_sweep(scores, metric)
         gains = curves.groupby("model")["score"].agg(lambda s: s.iloc[-1] - s.iloc[0])
         row = {"metric": metric, "mean_slope": fits["slope"].mean(), "slope_spread": fits["slope"].std(ddof=1),
                "mean_gain": gains.mean()}
@@ -483,7 +478,7 @@ def context_to_reach(scores: pd.DataFrame, threshold: float, metrics=METRICS) ->
     """
     rows = []
     for metric in metrics:
-        for model, g in sweep(scores, metric).groupby("model", sort=False):
+        for model, g in metric_sweep(scores, metric).groupby("model", sort=False):
             hit = g[g["score"] >= threshold - 1e-12]
             rows.append({"model": model, "metric": metric, "threshold": threshold,
                          "context_k": hit["context_k"].iloc[0] if len(hit) else float("nan")})
@@ -608,7 +603,7 @@ def dilution(scores: pd.DataFrame, from_k: float, to_k: float, metrics=METRICS +
     """
     rows = []
     for metric in metrics:
-        curves = sweep(scores, metric)
+        curves = metric_sweep(scores, metric)
         for model, g in curves.groupby("model", sort=False):
             s = g.set_index("context_k")["score"]
             if from_k not in s.index or to_k not in s.index:

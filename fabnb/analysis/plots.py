@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.schema import AVERAGE, METRIC_LABELS, METRICS
-from ..core.scores import at_window, sweep
+from ..core.scores import at_window, metric_sweep
 from .curves import fit_log_curves, fit_logistic_curves, predict_log_curve, predict_logistic_curve
 
 __all__ = ['plot_breakdown', 'plot_correlations', 'plot_deltas', 'plot_failures', 'plot_frameworks', 'plot_generation',
@@ -97,7 +97,7 @@ def plot_scaling(
     matplotlib.axes.Axes
     """
     ax = _axes(ax)
-    curves = sweep(scores, metric)
+    curves = metric_sweep(scores, metric)
     models = list(models) if models is not None else list(dict.fromkeys(curves["model"]))
     curves = curves[curves["model"].isin(models)]
     fits = None

@@ -129,7 +129,7 @@ def _save_table(frame: pd.DataFrame, folder: Path, name: str) -> None:
 
 
 #: The formats :func:`reproduce` writes each figure in, unless told otherwise.
-FIGURE_FORMATS = ("png", "svg")
+REPRODUCE_FORMATS = ("png", "svg")
 
 
 @dataclass
@@ -176,7 +176,7 @@ class Reproduction:
 
 
 def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: str | None = None,
-              figures: tuple | list = FIGURE_FORMATS, *, min_windows: int = A.MIN_FIT_WINDOWS,
+              figures: tuple | list = REPRODUCE_FORMATS, *, min_windows: int = A.MIN_FIT_WINDOWS,
               n_boot: int | None = None, seed: int | None = None) -> Reproduction:
     """Write every figure, table and the claims report of the paper to ``out_dir``.
 

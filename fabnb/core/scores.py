@@ -25,7 +25,7 @@ import pandas as pd
 from .errors import FabnbError
 from .schema import ALL_METRICS, AVERAGE, METRICS, SCORE_KEYS, SCORE_REQUIRED
 
-__all__ = ['ScoreError', 'at_window', 'check_scores', 'read_scores', 'require_models', 'sweep', 'with_average']
+__all__ = ['ScoreError', 'at_window', 'check_scores', 'read_scores', 'require_models', 'metric_sweep', 'with_average']
 
 
 class ScoreError(FabnbError, ValueError):
@@ -190,7 +190,7 @@ def at_window(scores: pd.DataFrame, context_k: float | None) -> pd.DataFrame:
     return scores[scores["context_k"].isna()] if context_k is None else scores[scores["context_k"] == context_k]
 
 
-def sweep(scores: pd.DataFrame, metric: str = AVERAGE) -> pd.DataFrame:
+def metric_sweep(scores: pd.DataFrame, metric: str = AVERAGE) -> pd.DataFrame:
     """The context sweep of one metric: rows with a context, sorted by model and context.
 
     Raises

@@ -25,18 +25,20 @@ import pandas as pd
 
 from .vectors import ChunkVectors, neighbours
 
-__all__ = ['CONTEXT_COLUMNS', 'Contexts', 'MEMBER_COLUMNS', 'REJECT_COLUMNS', 'STRATEGIES', 'THETA_LINK',
-           'TOPIC_SEPARATION', 'multi_hop', 'multi_topic', 'needle_in_haystack', 'synthesize', 'topic_clusters']
+__all__ = ['CONTEXT_COLUMNS', 'Contexts', 'MEMBER_COLUMNS', 'CONTEXT_REJECT_COLUMNS', 'SYNTHESIS_STRATEGIES',
+           'THETA_LINK', 'TOPIC_SEPARATION', 'multi_hop', 'multi_topic', 'needle_in_haystack', 'synthesize',
+           'topic_clusters']
 
 #: theta_link of Section 3.2 / Appendix B.4.
 THETA_LINK = 0.1
 #: Cluster separation of the multi-topic strategy.
 TOPIC_SEPARATION = 0.3
-STRATEGIES = {"needle_in_haystack": "robustness", "multi_topic": "generation_quality", "multi_hop": "multi_hop"}
+SYNTHESIS_STRATEGIES = {"needle_in_haystack": "robustness", "multi_topic": "generation_quality",
+                        "multi_hop": "multi_hop"}
 
 CONTEXT_COLUMNS = ["context_id", "strategy", "test_type", "anchor_chunk", "doc_ids", "n_chunks", "n_tokens", "text"]
 MEMBER_COLUMNS = ["context_id", "position", "chunk_id", "doc_id", "role", "cluster", "cos_to_anchor", "n_tokens"]
-REJECT_COLUMNS = ["strategy", "anchor", "reason"]
+CONTEXT_REJECT_COLUMNS = ["strategy", "anchor", "reason"]
 
 
 @dataclass
@@ -102,7 +104,8 @@ class _Builder:
                                  "cos_to_anchor": float(cos[i]), "n_tokens": int(c["n_tokens"])})
             texts.append(c["text"])
         docs = tuple(dict.fromkeys(self.chunks.iloc[r]["doc_id"] for r in rows))
-        self.contexts.append({"context_id": cid, "strategy": self.strategy, "test_type": STRATEGIES[self.strategy],
+        self.contexts.append({"context_id": cid, "strategy": self.strategy,
+                              "test_type": SYNTHESIS_STRATEGIES[self.strategy],
                               "anchor_chunk": self.chunks.iloc[anchor_row]["chunk_id"], "doc_ids": docs,
                               "n_chunks": len(rows), "n_tokens": int(self.chunks.iloc[rows]["n_tokens"].sum()),
                               "text": "\n\n".join(texts)})
@@ -110,7 +113,7 @@ class _Builder:
     def result(self) -> Contexts:
         return Contexts(pd.DataFrame(self.contexts, columns=CONTEXT_COLUMNS),
                         pd.DataFrame(self.members, columns=MEMBER_COLUMNS),
-                        pd.DataFrame(self.rejected, columns=REJECT_COLUMNS))
+                        pd.DataFrame(self.rejected, columns=CONTEXT_REJECT_COLUMNS))
 
 
 def _anchors(vectors: ChunkVectors, anchors, n: int, rng: np.random.Generator) -> np.ndarray:

@@ -37,7 +37,6 @@ fabnb.experiment.fields.ExperimentError: <dict>: unknown key 'sytems' at the top
 from .config import (
                      MAX_WINDOWS,
                      RANGES,
-                     SYSTEM_KINDS,
                      ContextsSpec,
                      CorpusSpec,
                      Endpoint,
@@ -46,11 +45,11 @@ from .config import (
                      JudgeSpec,
                      QuestionsSpec,
                      ReportSpec,
-                     SystemKind,
                      SystemSpec,
-                     adapter_settings,
                      prices_from_table,
+                     systems_from_tables,
 )
+from .fields import FIGURE_FORMATS, check_range, check_table, no_duplicates, resolve_path
 from .output import (
                      FAILURE_COLUMNS,
                      TALLY_COLUMNS,
@@ -71,6 +70,7 @@ from .planning import (
                      PROBE_COLUMNS,
                      PROBES_FILE,
                      Plan,
+                     PlanInputs,
                      keep_probes,
                      kept_probes,
                      plan,
@@ -78,15 +78,15 @@ from .planning import (
 )
 from .prices import PRICES, cost_of, price_of, price_text
 from .progress import MARKER, PROGRESS, RUN_STATES, ProgressFile, find_runs, read_progress, run_status, write_marker
-from .report import COVERAGE_COLUMNS, FEW_QUESTIONS, caveats, coverage, question_scores, write_report
+from .report import COVERAGE_COLUMNS, FEW_QUESTIONS, ReportFiles, caveats, coverage, question_scores, write_report
 from .run import ConfirmationNeeded, ExperimentRun, run_experiment
 
-__all__ = ["CONFIRM_HOURS", "CONFIRM_USD", "COVERAGE_COLUMNS", "FAILURE_COLUMNS", "FEW_QUESTIONS", "MARKER",
-           "MAX_WINDOWS", "PLAN_COLUMNS", "PRICES", "PROBES_FILE", "PROBE_COLUMNS", "PROGRESS", "RANGES", "RUN_STATES",
-           "SYSTEM_KINDS", "TALLY_COLUMNS", "ConfirmationNeeded", "ContextsSpec", "CorpusSpec", "Endpoint",
-           "Experiment", "ExperimentError", "ExperimentRun", "JudgeSpec", "Plan", "ProgressFile", "QuestionsSpec",
-           "ReportSpec", "SystemKind", "SystemSpec", "adapter_settings", "caveats", "check_output", "cost_of",
-           "coverage", "failures", "find_runs", "keep_probes", "kept_probes", "plan", "price_of", "price_text",
-           "prices_from_table", "probe_endpoints", "question_scores", "read_manifest", "read_progress",
-           "run_experiment", "run_status", "spent", "stored", "stores", "tally", "write_json", "write_manifest",
-           "write_marker", "write_report"]
+__all__ = ["CONFIRM_HOURS", "CONFIRM_USD", "COVERAGE_COLUMNS", "FAILURE_COLUMNS", "FEW_QUESTIONS", "FIGURE_FORMATS",
+           "MARKER", "MAX_WINDOWS", "PLAN_COLUMNS", "PRICES", "PROBES_FILE", "PROBE_COLUMNS", "PROGRESS", "RANGES",
+           "RUN_STATES", "TALLY_COLUMNS", "ConfirmationNeeded", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment",
+           "ExperimentError", "ExperimentRun", "JudgeSpec", "Plan", "PlanInputs", "ProgressFile", "QuestionsSpec",
+           "ReportFiles", "ReportSpec", "SystemSpec", "caveats", "check_output", "check_range", "check_table",
+           "cost_of", "coverage", "failures", "find_runs", "keep_probes", "kept_probes", "no_duplicates", "plan",
+           "price_of", "price_text", "prices_from_table", "probe_endpoints", "question_scores", "read_manifest",
+           "read_progress", "resolve_path", "run_experiment", "run_status", "spent", "stored", "stores",
+           "systems_from_tables", "tally", "write_json", "write_manifest", "write_marker", "write_report"]

@@ -22,24 +22,23 @@ from pathlib import Path
 import pandas as pd
 
 from ..core.schema import METRICS, TEST_TYPES
+from ..core.values import line_of
 from ..judge.rubrics import RUBRIC_VERSION
 from .fields import (
-    _FIGURE_FORMATS,
+    FIGURE_FORMATS,
     MAX_WINDOWS,
     RANGES,
     ExperimentError,
-    _check_range,
-    _check_table,
-    _line_of,
-    _no_duplicates,
-    _path,
+    check_range,
+    check_table,
+    no_duplicates,
+    resolve_path,
 )
 from .prices import price_of
-from .systems import SYSTEM_KINDS, Endpoint, SystemKind, SystemSpec, _systems, adapter_settings
+from .systems import Endpoint, SystemSpec, systems_from_tables
 
-__all__ = ["MAX_WINDOWS", "RANGES", "SYSTEM_KINDS", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment",
-           "ExperimentError", "JudgeSpec", "QuestionsSpec", "ReportSpec", "SystemKind", "SystemSpec",
-           "adapter_settings", "prices_from_table"]
+__all__ = ["MAX_WINDOWS", "RANGES", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment", "ExperimentError",
+           "JudgeSpec", "QuestionsSpec", "ReportSpec", "SystemSpec", "prices_from_table", "systems_from_tables"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ class QuestionsSpec:
 
     @classmethod
     def from_table(cls, q: dict, where: str, text: str | None = None, base: Path | None = None) -> "QuestionsSpec":
-        _check_table(q, "questions", where, text)
+        check_table(q, "questions", where, text)
         sample = q.get("sample", "all")
         if isinstance(sample, str) and sample != "all" or isinstance(sample, int) and sample < 1:
             raise ExperimentError(f"{where}: [questions] sample = {sample!r} must be \"all\" or a positive integer.")
@@ -64,11 +63,11 @@ class QuestionsSpec:
         test_types = q.get("test_types", [])
         unknown = [t for t in test_types if t not in TEST_TYPES]
         if unknown:
-            raise ExperimentError(f"{where}: [questions] test_types = {test_types!r}{_line_of(text, 'test_types')} "
+            raise ExperimentError(f"{where}: [questions] test_types = {test_types!r}{line_of(text, 'test_types')} "
                                   f"names {unknown[0]!r}, not a test type; allowed: {', '.join(TEST_TYPES)}.")
         source = q.get("source", "fab-bench")
         if source != "fab-bench":
-            source = _path(source, base or Path.cwd())
+            source = resolve_path(source, base or Path.cwd())
             _check_questions_source(source, where, text)
         return cls(source, None if sample == "all" else int(sample), stratify, tuple(test_types))
 
@@ -78,7 +77,7 @@ def _check_questions_source(source: str, where: str, text: str | None) -> None:
     device is refused here, before anything reads it)."""
     import stat
 
-    path, line = Path(source), _line_of(text, "source")
+    path, line = Path(source), line_of(text, "source")
     try:
         mode = path.stat().st_mode
     except OSError:
@@ -105,14 +104,14 @@ class CorpusSpec:
 
     @classmethod
     def from_table(cls, corpus: dict, where: str, text: str | None = None, base: Path | None = None) -> "CorpusSpec":
-        _check_table(corpus, "corpus", where, text)
+        check_table(corpus, "corpus", where, text)
         size, overlap = int(corpus.get("chunk_size", 512)), int(corpus.get("chunk_overlap", 128))
         if overlap >= size:
-            raise ExperimentError(f"{where}: [corpus] chunk_overlap = {overlap}{_line_of(text, 'chunk_overlap')} "
+            raise ExperimentError(f"{where}: [corpus] chunk_overlap = {overlap}{line_of(text, 'chunk_overlap')} "
                                   f"must be smaller than chunk_size = {size}: each chunk must move the window on.")
         source = corpus.get("source", "fab-bench-evidence")
         if source != "fab-bench-evidence":
-            source = _path(source, base or Path.cwd())
+            source = resolve_path(source, base or Path.cwd())
             _check_corpus_folder(source, where, text)
         distractors = corpus.get("distractors")
         return cls(source, size, overlap, None if distractors is None else int(distractors))
@@ -129,7 +128,7 @@ def _check_corpus_folder(source: str, where: str, text: str | None) -> None:
     from ..corpus.collection import FORMATS as DOCUMENT_SUFFIXES
 
     path = Path(source)
-    line = _line_of(text, "source")
+    line = line_of(text, "source")
     if not path.exists():
         raise ExperimentError(f"{where}: [corpus] source = {source!r}{line} does not exist; name a folder of "
                               f"documents ({', '.join(DOCUMENT_SUFFIXES)}).")
@@ -153,7 +152,7 @@ class ContextsSpec:
 
     @classmethod
     def from_table(cls, ctx: dict, where: str, text: str | None = None) -> "ContextsSpec":
-        _check_table(ctx, "contexts", where, text)
+        check_table(ctx, "contexts", where, text)
         windows = ctx.get("windows", [4])
         if windows == "paper":
             from ..rag import PAPER_CONTEXTS
@@ -161,18 +160,18 @@ class ContextsSpec:
             windows = list(PAPER_CONTEXTS)
         if isinstance(windows, str) or not windows or not all(
                 isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0 for w in windows):
-            raise ExperimentError(f"{where}: [contexts] windows = {windows!r}{_line_of(text, 'windows')} must be "
+            raise ExperimentError(f"{where}: [contexts] windows = {windows!r}{line_of(text, 'windows')} must be "
                                   "\"paper\" or a list of positive window sizes in K tokens, e.g. [4, 8, 16].")
         if len(windows) > MAX_WINDOWS:
-            raise ExperimentError(f"{where}: [contexts] windows{_line_of(text, 'windows')} lists {len(windows)} "
+            raise ExperimentError(f"{where}: [contexts] windows{line_of(text, 'windows')} lists {len(windows)} "
                                   f"windows, over the {MAX_WINDOWS} one file may run (the paper runs 11); list "
                                   "fewer, or split the study into several files.")
-        _no_duplicates([float(w) for w in windows], "windows", "[contexts]", where, text)
+        no_duplicates([float(w) for w in windows], "windows", "[contexts]", where, text)
         modes = tuple(ctx.get("modes", ["A"]))
         if not modes or set(modes) - {"A", "B"}:
             raise ExperimentError(f"{where}: [contexts] modes = {list(modes)!r} must be a non-empty list of \"A\" "
                                   "(the system's own retrieval) and \"B\" (gold context).")
-        _no_duplicates(list(modes), "modes", "[contexts]", where, text)
+        no_duplicates(list(modes), "modes", "[contexts]", where, text)
         output_k = ctx.get("output_k", "schedule")
         if isinstance(output_k, str) and output_k != "schedule":
             raise ExperimentError(f"{where}: [contexts] output_k = {output_k!r} must be \"schedule\" (the paper's "
@@ -208,16 +207,16 @@ class JudgeSpec:
 
     @classmethod
     def from_table(cls, j: dict, where: str, text: str | None = None) -> "JudgeSpec":
-        _check_table(j, "judge", where, text)
+        check_table(j, "judge", where, text)
         endpoint = Endpoint.from_table({"model": "embedded", **j} if "model" not in j else j, where, "[judge]")
         metrics = j.get("metrics", "all")
         metrics = METRICS if metrics == "all" else tuple(metrics)
         if isinstance(metrics, str) or not metrics or set(metrics) - set(METRICS):
             raise ExperimentError(f"{where}: [judge] metrics = {j.get('metrics')!r} must be \"all\" or a list of "
                                   f"{', '.join(METRICS)}.")
-        _no_duplicates(list(metrics), "metrics", "[judge]", where, text)
+        no_duplicates(list(metrics), "metrics", "[judge]", where, text)
         if int(j.get("workers", 1)) > 1 and endpoint.embedded:  # one slot: more processes only queue at it
-            raise ExperimentError(f"{where}: [judge] workers{_line_of(text, 'workers')}: the embedded model answers "
+            raise ExperimentError(f"{where}: [judge] workers{line_of(text, 'workers')}: the embedded model answers "
                                   "one call at a time. Remove workers, or judge with a server (model, base_url_env).")
         g = j.get
         return cls(endpoint, metrics, int(g("replicates", 1)), bool(g("logprobs", True)),
@@ -242,11 +241,11 @@ class ReportSpec:
 
     @classmethod
     def from_table(cls, r: dict, where: str, text: str | None = None) -> "ReportSpec":
-        _check_table(r, "report", where, text)
+        check_table(r, "report", where, text)
         figures = r.get("figures", ["png", "svg"])
-        if not isinstance(figures, list) or not all(f in _FIGURE_FORMATS for f in figures):
-            raise ExperimentError(f"{where}: [report] figures{_line_of(text, 'figures')} must be a list of "
-                                  f"{', '.join(map(repr, _FIGURE_FORMATS))} (or [] for no figures), not {figures!r}.")
+        if not isinstance(figures, list) or not all(f in FIGURE_FORMATS for f in figures):
+            raise ExperimentError(f"{where}: [report] figures{line_of(text, 'figures')} must be a list of "
+                                  f"{', '.join(map(repr, FIGURE_FORMATS))} (or [] for no figures), not {figures!r}.")
         return cls(bool(r.get("compare_published", False)), tuple(dict.fromkeys(figures)),
                    int(r.get("bootstrap", 2000)), int(r.get("seed", 0)))
 
@@ -256,11 +255,11 @@ def prices_from_table(table: dict, where: str, text: str | None = None) -> dict:
     prices = {}
     for model, p in table.items():
         if not isinstance(p, dict) or "input" not in p or "output" not in p:
-            raise ExperimentError(f"{where}: [prices] {model!r}{_line_of(text, model)} must be a table with input "
+            raise ExperimentError(f"{where}: [prices] {model!r}{line_of(text, model)} must be a table with input "
                                   "and output (dollars per million tokens), and date and source.")
-        _check_table(p, "prices", where, text, f"[prices.{model}]")
+        check_table(p, "prices", where, text, f"[prices.{model}]")
         for key in ("input", "output"):
-            _check_range("prices", key, p[key], where, text, f"[prices.{model}]")
+            check_range("prices", key, p[key], where, text, f"[prices.{model}]")
         prices[model] = {"input": float(p["input"]), "output": float(p["output"]),
                          "date": p.get("date", ""), "source": p.get("source", where)}
     return prices
@@ -276,7 +275,7 @@ def _check_framework_budgets(exp, where: str, text: str | None) -> None:
     (:attr:`fabnb.rag.RAGConfig.context_tokens`) is smaller than one chunk sends next to no context (seen: 0.5K
     with 128-token chunks left a 64-token budget, and Haystack sent none), so the comparison with the reference
     system would not be fair. A user's own ``factory`` chunks as it likes and is not checked."""
-    defaults = [s.name for s in exp.systems if SYSTEM_KINDS[s.kind].framework and not s.settings.get("factory")]
+    defaults = [s.name for s in exp.systems if s.framework and not s.settings.get("factory")]
     if not defaults:
         return
     from ..rag.config import PROMPT_OVERHEAD, QUESTION_TOKENS
@@ -284,7 +283,7 @@ def _check_framework_budgets(exp, where: str, text: str | None) -> None:
     if small:
         said = ", ".join(f"{k}K gives {n}" for k, n in small)
         raise ExperimentError(
-            f"{where}: [contexts] windows{_line_of(text, 'windows')}: the default framework pipelines {defaults} "
+            f"{where}: [contexts] windows{line_of(text, 'windows')}: the default framework pipelines {defaults} "
             f"would get fewer context tokens than one of their chunks ([corpus] chunk_size = {exp.chunk_size}): "
             f"{said} (the window less the output budget, the prompt's {PROMPT_OVERHEAD} and the question's "
             f"{QUESTION_TOKENS} tokens). Use a wider window or a smaller chunk_size.")
@@ -375,12 +374,12 @@ class Experiment:
                   output: str | Path | None = None) -> "Experiment":
         """The same keys as the TOML file, as a dict (``base``: the folder relative paths start from)."""
         where = source
-        _check_table(data, "", where, text)
+        check_table(data, "", where, text)
         for section in ("questions", "corpus", "contexts", "judge", "report"):  # key errors first, as the file reads
-            _check_table(data.get(section, {}), section, where, text)
+            check_table(data.get(section, {}), section, where, text)
         base = Path(base) if base is not None else Path.cwd()
         exp = cls(name=_name(data, where), output=_output(data, where, base, output, text),
-                  systems=_systems(data.get("systems", []), where, text),
+                  systems=systems_from_tables(data.get("systems", []), where, text),
                   contexts=ContextsSpec.from_table(data.get("contexts", {}), where, text),
                   question_set=QuestionsSpec.from_table(data.get("questions", {}), where, text, base),
                   corpus=CorpusSpec.from_table(data.get("corpus", {}), where, text, base),
@@ -512,11 +511,11 @@ def _output(data: dict, where: str, base: Path, output, text: str | None = None)
     # ``output`` is relative to the file.
     out = Path(output).absolute() if output is not None else data.get("output")
     if out is None or not str(out).strip():
-        raise ExperimentError(f"{where}: output = \"folder\"{_line_of(text, 'output')} is required and may not be "
+        raise ExperimentError(f"{where}: output = \"folder\"{line_of(text, 'output')} is required and may not be "
                               "empty (answers, scores and the report go there); name a new folder.")
     given = str(out)
     out = Path(out) if Path(out).is_absolute() else Path(os.path.normpath(base / out))
-    said = f"output = {given!r}{_line_of(text, 'output') if output is None else ' (--out)'}"
+    said = f"output = {given!r}{line_of(text, 'output') if output is None else ' (--out)'}"
     if out.exists() and not out.is_dir():
         raise ExperimentError(f"{where}: {said} is a file, not a folder; name a new or empty folder (the file is "
                               "not touched).")

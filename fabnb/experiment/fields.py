@@ -1,24 +1,26 @@
 """The experiment file's keys: which each table allows, of what type and range, and :class:`ExperimentError`.
 
 One table of keys (``_SCHEMA``) and one of ranges (:data:`RANGES`) that every spec's check reads, and the
-helpers that name the file, the line and the key in an error.
+checks that name the file, the line and the key in an error.
 
 Examples
 --------
->>> _line_of('name = "demo"' + chr(10) + 'output = "out"', "output")
-' (line 2)'
+>>> RANGES[("corpus", "chunk_size")][1]
+'1 to 32,768 (tokens)'
+>>> check_table({"chunk_size": 512}, "corpus", "e.toml", None)  # a key allowed, of its type and range: no error
 """
 
 from __future__ import annotations
 
 import math
 import os
-import re
 from pathlib import Path
 
 from ..core.errors import FabnbError
+from ..core.values import is_of, line_of, type_names
 
-__all__ = ["MAX_WINDOWS", "RANGES", "ExperimentError"]
+__all__ = ["FIGURE_FORMATS", "MAX_WINDOWS", "RANGES", "ExperimentError", "check_range", "check_table", "no_duplicates",
+           "resolve_path"]
 
 _ENDPOINT_KEYS = {"model": str, "base_url": str, "base_url_env": str, "api_key_env": str, "max_retries": int}
 _SCHEMA: dict[str, dict] = {
@@ -44,23 +46,7 @@ class ExperimentError(FabnbError, ValueError):
     """A problem with an experiment file or its output folder, found before any call is made."""
 
 
-def _names(kinds) -> str:
-    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
-    return " or ".join({int: "an integer", float: "a number", str: "a string", bool: "true/false",
-                        list: "a list", dict: "a table"}[k] for k in kinds)
-
-
-def _line_of(text: str | None, key: str) -> str:
-    """' (line N)' of the first line that sets ``key``, for error messages; '' when not found."""
-    if not text:
-        return ""
-    for n, line in enumerate(text.splitlines(), start=1):
-        if re.match(rf'\s*"?{re.escape(key)}"?\s*=', line) or re.search(rf'[{{,]\s*"?{re.escape(key)}"?\s*=', line):
-            return f" (line {n})"
-    return ""
-
-
-_FIGURE_FORMATS = ("png", "svg", "pdf")
+FIGURE_FORMATS = ("png", "svg", "pdf")
 
 
 _finite = math.isfinite
@@ -113,41 +99,39 @@ RANGES: dict[tuple[str, str], tuple] = {
 }
 
 
-def _check_table(data: dict, section: str, where: str, text: str | None, label: str | None = None) -> None:
+def check_table(data: dict, section: str, where: str, text: str | None, label: str | None = None) -> None:
     allowed = _SCHEMA[section]
     label = label or (f"[{section}]" if section else "the top level")
     for key, value in data.items():
         if key not in allowed:
             hint = (" Keys are never written in the file: name the environment variable that holds it with "
                     "api_key_env." if key in ("api_key", "key", "token") else "")
-            raise ExperimentError(f"{where}: unknown key {key!r} at {label}{_line_of(text, key)}; allowed: "
+            raise ExperimentError(f"{where}: unknown key {key!r} at {label}{line_of(text, key)}; allowed: "
                                   f"{', '.join(sorted(allowed))}.{hint}")
-        kinds = allowed[key]
-        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in (kinds if isinstance(
-            kinds, tuple) else (kinds,)))
-        if not ok:
-            raise ExperimentError(f"{where}: {label} {key} = {value!r}{_line_of(text, key)} must be {_names(kinds)}.")
-        _check_range(section, key, value, where, text, label)
+        if not is_of(value, allowed[key]):
+            raise ExperimentError(f"{where}: {label} {key} = {value!r}{line_of(text, key)} must be "
+                                  f"{type_names(allowed[key])}.")
+        check_range(section, key, value, where, text, label)
 
 
-def _check_range(section: str, key: str, value, where: str, text: str | None, label: str) -> None:
+def check_range(section: str, key: str, value, where: str, text: str | None, label: str) -> None:
     """Refuse a number outside :data:`RANGES` (each number of a list, for a list), naming the file, line and key."""
     if (section, key) not in RANGES:
         return
     test, allowed = RANGES[(section, key)]
     for v in value if isinstance(value, list) else [value]:
         if isinstance(v, (int, float)) and not isinstance(v, bool) and not test(v):
-            raise ExperimentError(f"{where}: {label} {key} = {value!r}{_line_of(text, key)} is out of range: it "
+            raise ExperimentError(f"{where}: {label} {key} = {value!r}{line_of(text, key)} is out of range: it "
                                   f"must be {allowed}.")
 
 
-def _no_duplicates(values, key: str, label: str, where: str, text: str | None) -> None:
+def no_duplicates(values, key: str, label: str, where: str, text: str | None) -> None:
     seen = [v for i, v in enumerate(values) if v in values[:i]]
     if seen:
-        raise ExperimentError(f"{where}: {label} {key} = {list(values)!r}{_line_of(text, key)} lists {seen[0]!r} "
+        raise ExperimentError(f"{where}: {label} {key} = {list(values)!r}{line_of(text, key)} lists {seen[0]!r} "
                               "twice; each cell would be stored twice. List each value once.")
 
 
-def _path(value: str, base: Path) -> str:
+def resolve_path(value: str, base: Path) -> str:
     """A path of the file, relative to the file's folder."""
     return str(Path(value) if Path(value).is_absolute() else Path(os.path.normpath(base / value)))

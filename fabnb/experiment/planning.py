@@ -10,8 +10,7 @@ measures its speed and the model name it reports.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -20,13 +19,14 @@ from ..core.errors import FabnbError
 from ..core.records import cell_key
 from ..core.schema import RESULT_KEYS, SCORE_RECORD_KEYS
 from ..core.tokens import count_tokens
+from ..judge.geval import prompt_overhead
 from ..judge.rubrics import rubric_variant
 from .config import Experiment
 from .output import stores
 from .prices import cost_of, price_of, price_text
 
-__all__ = ["CONFIRM_HOURS", "CONFIRM_USD", "PLAN_COLUMNS", "PROBES_FILE", "PROBE_COLUMNS", "Plan", "keep_probes",
-           "kept_probes", "plan", "probe_endpoints"]
+__all__ = ["CONFIRM_HOURS", "CONFIRM_USD", "PLAN_COLUMNS", "PROBES_FILE", "PROBE_COLUMNS", "Plan", "PlanInputs",
+           "keep_probes", "kept_probes", "plan", "probe_endpoints"]
 
 PLAN_COLUMNS = ["system", "model", "stage", "calls", "done", "todo", "prompt_tokens", "completion_tokens",
                 "cost_usd", "price", "seconds"]
@@ -256,22 +256,6 @@ def probe_endpoints(exp: Experiment, built: dict, only=None, kept: pd.DataFrame 
 # ------------------------------------------------------------------ token estimates
 
 
-@lru_cache(maxsize=None)
-def _judge_overhead(metric: str, variant: str) -> int:
-    """Tokens of the judge prompt around the case: DeepEval's G-Eval template with this metric's steps and rubric."""
-    from ..judge.geval import _evaluation_prompt
-    from ..judge.rubrics import BANDS, RUBRICS, STEPS
-
-    steps = "\n".join(f"{i}. {s}" for i, s in enumerate(STEPS[metric], start=1))
-    rubric = "\n".join(f"{lo}-{hi}: {t}" for (lo, hi), t in zip(BANDS, RUBRICS[metric][variant]))
-    try:
-        text = _evaluation_prompt(evaluation_steps=steps, test_case_content="", parameters="", rubric=rubric,
-                                 score_range=(0, 10), _additional_context=None, multimodal=False)
-    except TypeError:  # another DeepEval version: count the parts we know
-        text = steps + "\n" + rubric + "\n" * 40
-    return count_tokens(text) + 16  # the field labels DeepEval adds around each part
-
-
 def _retrieved(exp: Experiment, questions: pd.DataFrame, chunks, top_budget: int) -> dict:
     """Per (retriever, test_id): the scores and token counts of the hits, deep enough for the largest window."""
     from ..rag import make_retriever
@@ -354,7 +338,7 @@ def _judge_estimates(exp: Experiment, questions: pd.DataFrame, answers: pd.DataF
         context = a.context_tokens if a.context_tokens is not None and not pd.isna(a.context_tokens) else 0
         for metric in exp.metrics:
             variant = rubric_variant(metric, fmt, has_context)
-            prompt = _judge_overhead(metric, variant) + q_tokens[a.test_id]
+            prompt = prompt_overhead(metric, variant) + q_tokens[a.test_id]
             ctx = context if variant == "with_context" else 0
             rows.append({"system": a.system, "context_k": a.context_k, "mode": a.mode, "test_id": a.test_id,
                          "metric": metric, "prompt_tokens": (prompt + answer + ctx) * exp.replicates,
@@ -434,7 +418,23 @@ def _endpoints_to_do(exp: Experiment, answers: pd.DataFrame, judged: pd.DataFram
     return todo
 
 
-def plan(exp: Experiment, probe: bool = False, _cache: dict | None = None) -> Plan:
+@dataclass
+class PlanInputs:
+    """What a plan reads that a run has at hand already: the questions, the chunked corpus and, for the probes, the
+    built systems by name (:func:`fabnb.experiment.run_experiment` passes its own, so nothing is read twice)."""
+
+    questions: pd.DataFrame
+    chunks: pd.DataFrame
+    built: dict = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, exp: Experiment) -> "PlanInputs":
+        """The questions and chunks of ``exp``, read as :func:`plan` reads them without a run."""
+        questions = exp.questions()
+        return cls(questions, exp.chunks(questions=questions))
+
+
+def plan(exp: Experiment, probe: bool = False, inputs: PlanInputs | None = None) -> Plan:
     """Count every call the experiment makes, and estimate its tokens, cost and time.
 
     Calls already in the output folder's stores count as done. Prompts are counted from
@@ -464,15 +464,11 @@ def plan(exp: Experiment, probe: bool = False, _cache: dict | None = None) -> Pl
     0  local  answers      4     0     4
     1  local    judge      8     0     8
     """
-    cache = _cache if _cache is not None else {}
-    questions = cache.get("questions")
-    if questions is None:
-        questions = cache["questions"] = exp.questions()
-    if "chunks" not in cache:
-        cache["chunks"] = exp.chunks(questions=questions)
-    answers = _answer_estimates(exp, questions, cache["chunks"], exp.configs())
+    inputs = inputs if inputs is not None else PlanInputs.read(exp)
+    questions = inputs.questions
+    answers = _answer_estimates(exp, questions, inputs.chunks, exp.configs())
     answers, judged = _mark_done(exp, answers, _judge_estimates(exp, questions, answers))
-    probes = (probe_endpoints(exp, cache.get("built", {}), only=_endpoints_to_do(exp, answers, judged),
+    probes = (probe_endpoints(exp, inputs.built, only=_endpoints_to_do(exp, answers, judged),
                               kept=kept_probes(exp.output))
               if probe else pd.DataFrame(columns=_MEASURED_COLUMNS))
     speed = {r.endpoint: (r.s_per_prompt_token, r.s_per_completion_token) for r in probes.itertuples()}

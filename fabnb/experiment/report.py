@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -11,7 +12,7 @@ from .. import __version__
 from .config import Experiment, gold_documents
 from .output import failures, now, stored, tally
 
-__all__ = ["COVERAGE_COLUMNS", "FEW_QUESTIONS", "caveats", "coverage", "question_scores", "write_report"]
+__all__ = ["COVERAGE_COLUMNS", "FEW_QUESTIONS", "ReportFiles", "caveats", "coverage", "question_scores", "write_report"]
 
 COVERAGE_COLUMNS = ["system", "context_k", "mode", "metric", "score", "ci_low", "ci_high", "n", "planned",
                     "flagged", "score_unflagged", "shown"]
@@ -258,19 +259,22 @@ def _gap_section(exp: Experiment, per_question: pd.DataFrame) -> list[str]:
             "Every metric: report/tables/mode_gap.csv.", "", shown.to_markdown(index=False, disable_numparse=True), ""]
 
 
-def write_report(exp: Experiment, questions: pd.DataFrame | None = None, held: tuple | None = None) -> Path:
+class ReportFiles(NamedTuple):
+    """What :func:`write_report` wrote: ``summary.md``'s path, and whether ``report/`` (the analyses) was written
+    beside it (they need enough scores)."""
+
+    summary: Path
+    analyses: bool
+
+
+def write_report(exp: Experiment, questions: pd.DataFrame | None = None, held: tuple | None = None) -> ReportFiles:
     """``summary.md`` (caveats, plan against done, failures, cost, every mean with its interval and coverage, judge
     sanity flags, mode B - A), ``reference.csv`` and ``report/`` (:func:`fabnb.analysis.reproduction.reproduce` on
     these scores), from the stores as they are.
 
     ``held``: the stores' frames (:func:`fabnb.experiment.stored`) when the caller has read them already.
-    Returns the path of ``summary.md``.
+    Returns :class:`ReportFiles`.
     """
-    return _write_report(exp, questions, held)[0]
-
-
-def _write_report(exp: Experiment, questions: pd.DataFrame | None, held: tuple | None) -> tuple[Path, bool]:
-    """:func:`write_report`, and whether it wrote ``report/`` (the analyses need enough scores)."""
     from ..judge.sanity import judge_flags
 
     questions = exp.questions() if questions is None else questions
@@ -307,4 +311,4 @@ def _write_report(exp: Experiment, questions: pd.DataFrame | None, held: tuple |
     lines += ["## Analyses", "", note or "Fits, behaviour labels, operating points, crossovers, correlations, "
               "dilution deltas, profiles and figures: [report/report.md](report/report.md).", ""]
     (out / "summary.md").write_text("\n".join(lines), encoding="utf-8")
-    return out / "summary.md", not note
+    return ReportFiles(out / "summary.md", not note)

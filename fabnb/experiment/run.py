@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -18,6 +19,7 @@ from .. import __version__
 from ..core.errors import FabnbError
 from ..core.records import cut_records, hold, release_bar_lock
 from ..judge.rubrics import RUBRIC_VERSION
+from ..rag.system import prepare_system
 from .config import Experiment, ExperimentError
 from .output import (
     check_output,
@@ -33,9 +35,9 @@ from .output import (
     versions,
     write_manifest,
 )
-from .planning import Plan, keep_probes, plan
+from .planning import Plan, PlanInputs, keep_probes, plan
 from .progress import ProgressFile, write_marker
-from .report import _write_report
+from .report import write_report
 
 __all__ = ["ConfirmationNeeded", "ExperimentRun", "run_experiment"]
 
@@ -179,55 +181,89 @@ def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe
     """
     exp = Experiment.from_file(exp) if isinstance(exp, (str, Path)) else exp
     exp.check_environment()
-    moved = tuple(endpoint_moved)
+    opts = _Options(dry_run, probe, progress, echo, tuple(endpoint_moved), yes)
     if dry_run:
-        return _run(exp, dry_run, probe, progress, echo, moved, yes)
+        return _run(exp, opts)
     try:
         exp.output.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ExperimentError(f"{exp.source}: output = {str(exp.output)!r} cannot be made a folder "
                               f"({exc.strerror or exc}); name a folder you can write to.") from None
     with hold(exp.output, f"the experiment {exp.name!r}"):  # one run per folder: a second is refused at once
-        return _run(exp, dry_run, probe, progress, echo, moved, yes)
+        return _run(exp, opts)
 
 
 class ConfirmationNeeded(ExperimentError):
     """A plan above the confirmation threshold, started without ``yes``: nothing was asked."""
 
 
-def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo, moved: tuple,
-         yes: bool = False) -> ExperimentRun:
-    old = check_output(exp, moved)
+@dataclass(frozen=True)
+class _Options:
+    """The caller's choices for one run (:func:`run_experiment`'s keywords)."""
+
+    dry_run: bool
+    probe: bool
+    progress: bool
+    echo: Callable
+    moved: tuple
+    yes: bool
+
+
+def _run(exp: Experiment, opts: _Options) -> ExperimentRun:
+    """Check the folder, read and build once, plan; then, unless a dry run, check and start the stages."""
+    old = check_output(exp, opts.moved)
+    inputs = _inputs(exp, build=opts.probe or not opts.dry_run)
+    if not opts.dry_run:
+        _prepare(exp, inputs.built)
+    plan_ = plan(exp, probe=opts.probe, inputs=inputs)
+    opts.echo(plan_.render())
+    if opts.dry_run:
+        return ExperimentRun(exp.output, plan_, tally(exp, inputs.questions), "dry-run",
+                             failures(exp, inputs.questions))
+    _refuse_dead_endpoints(exp, plan_)
+    reason = None if opts.yes else plan_.confirmation(exp)
+    if reason:
+        raise ConfirmationNeeded(f"{exp.source}: {reason}")
+    manifest = _open_output(exp, old, opts.moved, plan_, inputs.questions)
+    return _stages(exp, inputs, plan_, manifest, opts)
+
+
+def _inputs(exp: Experiment, build: bool) -> PlanInputs:
+    """The questions, the chunked corpus and (to probe or run) the built systems, read once for plan and run.
+
+    Building a system starts nothing but the embedded server; a dry run without probes starts nothing at all."""
     questions = exp.questions()
     documents = exp.documents(questions)
-    cache: dict = {"questions": questions, "chunks": exp.chunks(documents)}
-    # Building a system starts nothing but the embedded server; a dry run without probes starts nothing at all.
+    inputs = PlanInputs(questions, exp.chunks(documents))
     chunking = {"chunk_size": exp.chunk_size, "chunk_overlap": exp.chunk_overlap}
-    built = ({s.name: s.build(cache["chunks"], exp.concurrency, documents, chunking) for s in exp.systems}
-             if (probe or not dry_run) else {})
-    if not dry_run:  # a framework's factory is called and its pipelines checked before any question is asked
-        configs = exp.configs()
-        for system in built.values():
-            if hasattr(system, "prepare"):
-                try:
-                    system.prepare(configs)
-                except FabnbError as exc:
-                    raise ExperimentError(f"{exp.source}: {exc} Nothing was asked.") from None
-    cache["built"] = built
-    plan_ = plan(exp, probe=probe, _cache=cache)
-    echo(plan_.render())
-    if dry_run:
-        return ExperimentRun(exp.output, plan_, tally(exp, questions), "dry-run", failures(exp, questions))
+    if build:
+        inputs.built = {s.name: s.build(inputs.chunks, exp.concurrency, documents, chunking) for s in exp.systems}
+    return inputs
+
+
+def _prepare(exp: Experiment, built: dict) -> None:
+    """Let each system get ready for the windows before any question is asked (a framework calls its factory and
+    checks its pipelines); a refusal names the file and asks nothing."""
+    configs = exp.configs()
+    for system in built.values():
+        try:
+            prepare_system(system, configs)
+        except FabnbError as exc:
+            raise ExperimentError(f"{exp.source}: {exc} Nothing was asked.") from None
+
+
+def _refuse_dead_endpoints(exp: Experiment, plan_: Plan) -> None:
+    """Fail fast: a dead endpoint would fail every one of its cells, slowly, after its retries."""
     down = plan_.probes[plan_.probes["error"].astype(bool)] if len(plan_.probes) else plan_.probes
-    if len(down):  # fail fast: a dead endpoint would fail every one of its cells, slowly, after its retries
+    if len(down):
         raise ExperimentError(f"{exp.source}: " + "; ".join(f"{r.endpoint} did not answer its probe ({r.error})"
                                                            for r in down.itertuples())
                               + ". Nothing was asked. Start the server or fix base_url / base_url_env and the key, "
                               "then run again (--no-probe skips the probe and records each failed cell instead).")
-    reason = None if yes else plan_.confirmation(exp)
-    if reason:
-        raise ConfirmationNeeded(f"{exp.source}: {reason}")
 
+
+def _open_output(exp: Experiment, old: dict | None, moved: tuple, plan_: Plan, questions: pd.DataFrame) -> dict:
+    """Write this run's manifest, the folder's marker and the kept probes; the manifest, which the stages update."""
     out = exp.output
     out.mkdir(parents=True, exist_ok=True)
     manifest = _start_manifest(exp, old, plan_, questions)
@@ -238,47 +274,64 @@ def _run(exp: Experiment, dry_run: bool, probe: bool, progress: bool, echo, move
     write_manifest(out, manifest)
     write_marker(out, exp.name, exp.source)
     keep_probes(out, plan_.probes)  # a rerun against the same endpoints reads these rates and sends no probe
+    return manifest
 
-    def save(status: str, held: tuple | None = None) -> pd.DataFrame:
-        t = tally(exp, questions, held)
-        manifest["runs"][-1].update(ended=now(), status=status)
-        _tally_into(manifest, exp, t)
-        write_manifest(out, manifest)
-        return t
 
-    todo, shown = int(plan_.table["todo"].sum()), None
-    release_bar_lock()  # a stop that landed inside tqdm in an earlier run of this kernel left its lock held
-    if progress:
-        from tqdm.auto import tqdm
+def _save(exp: Experiment, manifest: dict, questions: pd.DataFrame, status: str,
+          held: tuple | None = None) -> pd.DataFrame:
+    """Record ``status`` and the stores' counts in the manifest, write it; the tally."""
+    t = tally(exp, questions, held)
+    manifest["runs"][-1].update(ended=now(), status=status)
+    _tally_into(manifest, exp, t)
+    write_manifest(exp.output, manifest)
+    return t
 
-        shown = tqdm(total=todo, desc="answers", unit="call")
-    # The bar goes through progress.json, which JupyterLab's runs sidebar reads while the stages run.
-    bar = ProgressFile(out, shown, total=todo, desc="answers")
+
+def _stages(exp: Experiment, inputs: PlanInputs, plan_: Plan, manifest: dict, opts: _Options) -> ExperimentRun:
+    """Answers, judge scores and the report, the manifest saved after each; a stop or a failure is recorded."""
+    questions = inputs.questions
+    bar = _progress_bar(exp.output, int(plan_.table["todo"].sum()), opts.progress)
     try:
-        finished = _answer_stage(exp, [built[s.name] for s in exp.systems], questions, plan_, bar)
-        save("running")
-        if finished:
-            finished = _judge_stage(exp, questions, plan_, bar)
+        finished = _answer_stage(exp, [inputs.built[s.name] for s in exp.systems], questions, plan_, bar)
+        _save(exp, manifest, questions, "running")
+        finished = finished and _judge_stage(exp, questions, plan_, bar)
         bar.close("reporting")
         status = "finished" if finished else "stopped-by-budget"
         held = stored(exp, questions)  # read once for the report, the manifest and the summary
-        save("reporting", held)
-        report, wrote_analyses = _write_report(exp, questions, held)
-        t = save(status, held)
+        _save(exp, manifest, questions, "reporting", held)
+        report = write_report(exp, questions, held)
+        t = _save(exp, manifest, questions, status, held)
     except BaseException as exc:  # a full disk, a bug, Ctrl-C: the manifest says so, never "running" for ever
-        # Ctrl-C, the kernel's stop button, SIGTERM from fabnb's JupyterLab extension: a stop a rerun resumes.
-        status = "stopped" if isinstance(exc, KeyboardInterrupt) else "failed"
-        manifest["runs"][-1].update(ended=now(), status=status, cause=f"{type(exc).__name__}: {exc}"[:500])
-        try:  # the counts and the money as stored, for the sidebar and `fabnb run --dry-run` alike
-            _tally_into(manifest, exp, tally(exp, questions))
-        except Exception:  # noqa: BLE001 - a store that cannot be read now must not hide why the run ended
-            pass
-        bar.close(status)
-        _record_failure(out, manifest, echo)
+        _record_end(exp, manifest, questions, bar, exc, opts.echo)
         raise
     failed = failures(exp, questions, held)
-    echo(_summary_line(exp, t, failed, status, wrote_analyses))
-    return ExperimentRun(out, plan_, t, status, failed, report)
+    opts.echo(_summary_line(exp, t, failed, status, report.analyses))
+    return ExperimentRun(exp.output, plan_, t, status, failed, report.summary)
+
+
+def _progress_bar(out: Path, todo: int, shown: bool) -> ProgressFile:
+    """One bar over the stages, through progress.json (JupyterLab's runs sidebar reads it while the stages run)."""
+    release_bar_lock()  # a stop that landed inside tqdm in an earlier run of this kernel left its lock held
+    bar = None
+    if shown:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=todo, desc="answers", unit="call")
+    return ProgressFile(out, bar, total=todo, desc="answers")
+
+
+def _record_end(exp: Experiment, manifest: dict, questions: pd.DataFrame, bar: ProgressFile, exc: BaseException,
+                echo) -> None:
+    """Ctrl-C, the kernel's stop button, SIGTERM from fabnb's JupyterLab extension: ``stopped``, a stop a rerun
+    resumes; anything else ``failed``, with its cause."""
+    status = "stopped" if isinstance(exc, KeyboardInterrupt) else "failed"
+    manifest["runs"][-1].update(ended=now(), status=status, cause=f"{type(exc).__name__}: {exc}"[:500])
+    try:  # the counts and the money as stored, for the sidebar and `fabnb run --dry-run` alike
+        _tally_into(manifest, exp, tally(exp, questions))
+    except Exception:  # noqa: BLE001 - a store that cannot be read now must not hide why the run ended
+        pass
+    bar.close(status)
+    _record_failure(exp.output, manifest, echo)
 
 
 def _tally_into(manifest: dict, exp: Experiment, t: pd.DataFrame) -> None:

@@ -1,5 +1,6 @@
-"""The systems of an experiment: the kinds a file may name (:data:`SYSTEM_KINDS`), their endpoints and settings
-(:class:`Endpoint`, :class:`SystemSpec`), and how each is built into a :class:`fabnb.rag.RAGSystem`.
+"""The systems of an experiment: their endpoints and settings (:class:`Endpoint`, :class:`SystemSpec`), checked
+against the registry of system kinds (:func:`fabnb.rag.kinds.system_kinds`), and how each is built into a
+:class:`fabnb.rag.RAGSystem`.
 
 Examples
 --------
@@ -14,42 +15,15 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .fields import ExperimentError, _check_table, _line_of, _names
+from ..core.values import line_of, type_names
+from ..rag.kinds import SystemKind, system_kinds
+from .fields import ExperimentError, check_table
 
-__all__ = ["SYSTEM_KINDS", "Endpoint", "SystemKind", "SystemSpec", "adapter_settings"]
-
-
-@dataclass(frozen=True)
-class SystemKind:
-    """One kind of system: the adapter class in :mod:`fabnb.rag` (None: the reference system or a framework),
-    whether its API gives back the retrieved context (the judge's rubrics without context are used where it does
-    not), the in-process framework it runs (a key of :data:`fabnb.rag.frameworks.FRAMEWORKS`), and for a framework
-    server that installs with fabnb, its ``(module, distribution, extra)``, which ``fabnb doctor`` checks."""
-
-    adapter: str | None
-    exposes_context: bool
-    framework: str | None = None
-    server: tuple[str, str, str] | None = None
+__all__ = ["Endpoint", "SystemSpec", "systems_from_tables"]
 
 
-#: Every system kind an experiment file may name: the file check, the plan, the run and the docs read this.
-SYSTEM_KINDS: dict[str, SystemKind] = {
-    "reference": SystemKind(None, True),
-    "anythingllm": SystemKind("AnythingLLM", True),
-    "ragflow": SystemKind("RAGFlow", True),
-    "maxkb": SystemKind("MaxKB", True),
-    "metaso": SystemKind("Metaso", True),
-    "hayhooks": SystemKind("Hayhooks", True, server=("hayhooks", "hayhooks", "hayhooks")),
-    "lightrag": SystemKind("LightRAG", True, server=("lightrag", "lightrag-hku", "lightrag")),
-    "openwebui": SystemKind("OpenWebUI", True),  # a server of its own (7.4 GB): fabnb only talks to it
-    "http": SystemKind("HTTPAdapter", True),
-    "llamaindex": SystemKind(None, True, "llamaindex"),
-    "langchain": SystemKind(None, True, "langchain"),
-    "haystack": SystemKind(None, True, "haystack"),
-}
-
-#: The settings of an in-process framework system: the factory of your own pipeline (default: fabnb's).
-FRAMEWORK_SETTINGS: dict[str, tuple] = {"factory": (str, False)}
+def _kind(name: str) -> SystemKind:
+    return system_kinds()[name]
 
 
 def _retrievers() -> dict:
@@ -62,7 +36,7 @@ def _retrievers() -> dict:
 def _check_retriever(name, where: str, text: str | None, label: str) -> str:
     """A retriever the file may name and this machine can run, or an error with what to do."""
     usable = [n for n, k in _retrievers().items() if k.in_files]
-    line = _line_of(text, "retriever")
+    line = line_of(text, "retriever")
     if name not in usable:
         hint = (" (dense needs an embed function: use it from Python, or \"minilm\" for the offline dense model)"
                 if name == "dense" else "")
@@ -139,59 +113,22 @@ class Endpoint:
                    max_retries=self.max_retries, schema_style=os.environ.get("FABNB_LLM_SCHEMA_STYLE", "openai"))
 
 
-def _adapter_class(kind: str):
-    from .. import rag
-
-    return getattr(rag, SYSTEM_KINDS[kind].adapter)
-
-
-_PROVIDED = {"self", "kwargs", "api_key", "base_url", "name", "url", "timeout", "kb"}  # from the table's own keys
-_ANNOTATION_TYPES = {"str": str, "int": int, "float": (int, float), "bool": bool, "dict": dict, "list": list}
-
-
-def adapter_settings(kind: str) -> dict[str, tuple]:
-    """The ``settings`` keys of an adapter kind: name -> (types, required), read from the adapter's signature (and
-    :class:`fabnb.rag.HTTPAdapter`'s, less those the adapter fills itself, its ``FIXED``). The file check and the
-    docs read this.
-
-    >>> sorted(n for n, (_, required) in adapter_settings("http").items() if required)
-    ['answer_path', 'request']
-    """
-    import inspect
-
-    from .. import rag
-
-    if SYSTEM_KINDS[kind].framework:
-        return dict(FRAMEWORK_SETTINGS)
-    out: dict[str, tuple] = {}
-    adapter = _adapter_class(kind)
-    for cls, own in ((rag.HTTPAdapter, kind == "http"), (adapter, True)):
-        for name, p in inspect.signature(cls.__init__).parameters.items():
-            fixed = cls is rag.HTTPAdapter and name in adapter.FIXED
-            if name in _PROVIDED or fixed or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
-                continue
-            annotation = str(p.annotation).replace(" | None", "")
-            out[name] = (_ANNOTATION_TYPES.get(annotation, object), own and p.default is inspect.Parameter.empty)
-    return dict(sorted(out.items()))
-
-
-def _check_settings(kind: str, settings: dict, where: str, text: str | None, label: str) -> None:
-    """An adapter's settings: known keys, the required ones present, each of its type."""
-    allowed = adapter_settings(kind)
+def _check_settings(kind: SystemKind, settings: dict, where: str, text: str | None, label: str) -> None:
+    """A kind's settings: known keys, the required ones present, each of its type and range."""
+    allowed = kind.settings
     unknown = set(settings) - set(allowed)
     if unknown:
-        raise ExperimentError(f"{where}: {label} settings {sorted(unknown)} are not {kind} settings; "
-                              f"allowed: {', '.join(allowed)}.")
-    missing = [n for n, (_, required) in allowed.items() if required and n not in settings]
+        raise ExperimentError(f"{where}: {label} settings {sorted(unknown)} are not {kind.name} settings; "
+                              f"allowed: {', '.join(allowed) or 'none'}.")
+    missing = [n for n, s in allowed.items() if s.required and n not in settings]
     if missing:
-        raise ExperimentError(f"{where}: {label} ({kind}){_line_of(text, 'kind')} needs settings "
-                              + ", ".join(f"{n} ({_names(allowed[n][0])})" for n in missing)
+        raise ExperimentError(f"{where}: {label} ({kind.name}){line_of(text, 'kind')} needs settings "
+                              + ", ".join(f"{n} ({type_names(allowed[n].types)})" for n in missing)
                               + f", e.g. settings = {{{missing[0]} = ...}}; docs/experiment.md lists each kind's.")
     for name, value in settings.items():
-        kinds = allowed[name][0]
-        if kinds is not object and (not isinstance(value, kinds) or isinstance(value, bool) and kinds is not bool):
-            raise ExperimentError(f"{where}: {label} settings.{name} = {value!r}{_line_of(text, name)} must be "
-                                  f"{_names(kinds)}.")
+        problem = allowed[name].problem(value)
+        if problem:
+            raise ExperimentError(f"{where}: {label} settings.{name} = {value!r}{line_of(text, name)} {problem}.")
 
 
 @dataclass(frozen=True)
@@ -213,38 +150,41 @@ class SystemSpec:
                                                else "")
         if not isinstance(s, dict):
             raise ExperimentError(f"{where}: {label} must be a table.")
-        _check_table(s, "systems", where, text, label)
+        check_table(s, "systems", where, text, label)
         if not s.get("name"):
             raise ExperimentError(f"{where}: {label} needs a name (it labels the system in every store).")
-        kind = s.get("kind", "reference")
-        if kind not in SYSTEM_KINDS:
-            raise ExperimentError(f"{where}: {label} kind = {kind!r}{_line_of(text, 'kind')} is not a system "
-                                  f"kind; allowed: {', '.join(SYSTEM_KINDS)}.")
-        settings = s.get("settings", {})
-        if kind == "reference":
-            ep = Endpoint.from_table(s, where, label)
+        name, kinds = s.get("kind", "reference"), system_kinds()
+        if name not in kinds:
+            raise ExperimentError(f"{where}: {label} kind = {name!r}{line_of(text, 'kind')} is not a system "
+                                  f"kind; allowed: {', '.join(kinds)}.")
+        kind, settings = kinds[name], s.get("settings", {})
+        ep = Endpoint.from_table(s, where, label, need_model=kind.uses_endpoint)
+        retriever = ""
+        if kind.reference:
             if settings:
                 raise ExperimentError(f"{where}: {label} is the reference system; settings are for adapters. "
                                       "Use retriever and the [contexts] knobs.")
             retriever = _check_retriever(s.get("retriever", "bm25"), where, text, label)
-        elif SYSTEM_KINDS[kind].framework:
-            ep = Endpoint.from_table(s, where, label)
-            _check_settings(kind, settings, where, text, label)
-            _check_framework(kind, where, text, label)
-            retriever = ""
         else:
-            ep = Endpoint.from_table(s, where, label, need_model=False)
-            if not (ep.base_url or ep.base_url_env) and kind != "metaso":
-                raise ExperimentError(f"{where}: {label} ({kind}) needs base_url or base_url_env.")
             _check_settings(kind, settings, where, text, label)
-            retriever = ""
-        return cls(s["name"], kind, ep, retriever, dict(settings), float(s.get("timeout", 120)))
+        missing = kind.missing()
+        if missing:
+            raise ExperimentError(f"{where}: {label} kind = {name!r}{line_of(text, 'kind')} is not installed "
+                                  f"here; install it with: {missing}")
+        if not kind.uses_endpoint and kind.needs_url and not (ep.base_url or ep.base_url_env):
+            raise ExperimentError(f"{where}: {label} ({name}) needs base_url or base_url_env.")
+        return cls(s["name"], name, ep, retriever, dict(settings), float(s.get("timeout", 120)))
 
     @property
     def uses_endpoint(self) -> bool:
         """Whether the system answers through an OpenAI-compatible endpoint of the file (the reference system and
         the in-process frameworks): it is probed, priced and planned as that endpoint."""
-        return self.kind == "reference" or bool(SYSTEM_KINDS[self.kind].framework)
+        return _kind(self.kind).uses_endpoint
+
+    @property
+    def framework(self) -> str | None:
+        """The in-process framework this system runs (a key of :data:`fabnb.rag.frameworks.FRAMEWORKS`), or None."""
+        return _kind(self.kind).framework
 
     @property
     def model(self) -> str:
@@ -259,7 +199,7 @@ class SystemSpec:
     @property
     def exposes_context(self) -> bool:
         """Whether this system's answers come with the context it retrieved."""
-        return SYSTEM_KINDS[self.kind].exposes_context
+        return _kind(self.kind).exposes_context
 
     def identity(self) -> str:
         """What names this system's endpoint in the probes: the endpoint's, or the adapter's name and kind."""
@@ -268,11 +208,11 @@ class SystemSpec:
     def signature(self, chunking: dict, output_k) -> dict:
         """What makes this system's answers what they are: a change here is refused on resume."""
         sig = {"kind": self.kind, "endpoint": self.endpoint.identity(), "output_k": output_k}
-        if self.kind == "reference":
+        if _kind(self.kind).reference:
             sig.update(retriever=self.retriever, chunking=chunking)
         else:
             sig.update(settings=dict(sorted(self.settings.items())))
-            if SYSTEM_KINDS[self.kind].framework:  # a default pipeline chunks the corpus as [corpus] says
+            if self.framework:  # a default pipeline chunks the corpus as [corpus] says
                 sig.update(chunking=chunking)
         return sig
 
@@ -283,23 +223,16 @@ class SystemSpec:
         ``text``) chunked as ``chunking`` says."""
         from .. import rag
 
-        if self.kind == "reference":
+        kind = _kind(self.kind)
+        if kind.reference:
             return rag.ReferenceRAG(chunks, self.endpoint.llm(concurrency=concurrency, timeout=self.timeout),
                                     retriever=self.retriever, name=self.name)
-        if SYSTEM_KINDS[self.kind].framework:
+        if kind.framework:
             return self._framework(documents, chunking or {}, concurrency)
-        key = self.endpoint.api_key()
-        url = self.endpoint.url()
         settings = dict(self.settings)
         if self.endpoint.model:
             settings.setdefault("model", self.endpoint.model)
-        cls = _adapter_class(self.kind)
-        if self.kind == "http":
-            system = cls(self.name, url, api_key=key, timeout=self.timeout, **settings)
-        else:
-            system = cls(**({"base_url": url} if url else {}), api_key=key, timeout=self.timeout, **settings)
-        system.name = self.name
-        return system
+        return kind.build(self.name, self.endpoint.url(), self.endpoint.api_key(), self.timeout, settings)
 
     def _framework(self, documents: pd.DataFrame | None, chunking: dict, concurrency: int):
         from ..rag import RAGError
@@ -318,7 +251,7 @@ class SystemSpec:
             raise ExperimentError(f"[[systems]] {self.name!r} ({self.kind}): {exc}") from None
 
 
-def _systems(raw: list, where: str, text: str | None) -> tuple[SystemSpec, ...]:
+def systems_from_tables(raw: list, where: str, text: str | None) -> tuple[SystemSpec, ...]:
     if not raw:
         raise ExperimentError(f"{where}: no [[systems]]; add at least one, e.g. [[systems]] name = \"local\", "
                               "kind = \"reference\", model = \"embedded\".")
@@ -327,13 +260,3 @@ def _systems(raw: list, where: str, text: str | None) -> tuple[SystemSpec, ...]:
     if len(set(names)) != len(names):
         raise ExperimentError(f"{where}: system names must differ; {names} repeats one.")
     return systems
-
-
-def _check_framework(kind: str, where: str, text: str | None, label: str) -> None:
-    """A framework kind must be installed here: else one line with the install command."""
-    from ..rag.frameworks import FRAMEWORKS
-
-    missing = FRAMEWORKS[kind].missing()
-    if missing:
-        raise ExperimentError(f"{where}: {label} kind = {kind!r}{_line_of(text, 'kind')}: "
-                              f"{FRAMEWORKS[kind].label} is not installed here; install it with: {missing}")

@@ -45,14 +45,14 @@ from .oracle import (ORACLE_CRITERIA, ORACLE_SCHEMA, PAIR_COLUMNS, REFUSAL_PATTE
                      oracle_results, oracle_rule, oracle_verdict, passage_retrieved, read_verdicts, tests_as_questions,
                      verdict_store)
 from .reference import answer_key, reference_check, reference_scores
-from .rubrics import (BANDS, INJECTION_PATTERNS, PLACEHOLDER_REASONS, RUBRIC_VERSION, RUBRICS, SCALE, STEPS,
+from .rubrics import (BANDS, INJECTION_PATTERNS, PLACEHOLDER_REASONS, RUBRIC_VERSION, RUBRICS, JUDGE_SCALE, STEPS,
                       JudgeError, injection_flags, read_judgement, rubric_frame, rubric_variant)
 from .sanity import FLAGS, judge_flags
 # isort: on
 
 __all__ = ['BANDS', 'FLAGS', 'INJECTION_PATTERNS', 'JudgeError', 'JudgeRun', 'ORACLE_CRITERIA', 'ORACLE_SCHEMA',
-           'PAIR_COLUMNS', 'PLACEHOLDER_REASONS', 'REFUSAL_PATTERNS', 'RUBRICS', 'RUBRIC_VERSION', 'SCALE', 'STEPS',
-           'VERDICT_COLUMNS', 'VERDICT_KEYS', 'VERDICT_VALUES', 'answer_key', 'bootstrap_group_diff',
+           'PAIR_COLUMNS', 'PLACEHOLDER_REASONS', 'REFUSAL_PATTERNS', 'RUBRICS', 'RUBRIC_VERSION', 'JUDGE_SCALE',
+           'STEPS', 'VERDICT_COLUMNS', 'VERDICT_KEYS', 'VERDICT_VALUES', 'answer_key', 'bootstrap_group_diff',
            'bootstrap_rate_diff', 'compare_configurations', 'failure_table', 'geval_metric', 'injection_flags',
            'is_refusal', 'judge_expert_agreement', 'judge_flags', 'judge_model', 'judge_results', 'logprobs_supported',
            'mcnemar_paired', 'oracle_precision', 'oracle_prompt', 'oracle_results', 'oracle_rule', 'oracle_verdict',

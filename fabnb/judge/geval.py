@@ -16,13 +16,13 @@ import pandas as pd
 
 from ..core.records import ResultsStore, StageRun, hold, stage_bar
 from ..core.schema import METRICS, SCORE_RECORD_COLUMNS, SCORE_RECORD_KEYS
-from ..core.tokens import truncate_tokens
+from ..core.tokens import count_tokens, truncate_tokens
 from ..models.llm import LLMError
 from .rubrics import (
     BANDS,
+    JUDGE_SCALE,
     RUBRIC_VERSION,
     RUBRICS,
-    SCALE,
     STEPS,
     JudgeError,
     injection_flags,
@@ -31,8 +31,8 @@ from .rubrics import (
 )
 
 __all__ = ['JudgeRun', 'geval_metric', 'judge_expert_agreement', 'judge_model', 'judge_results', 'logprobs_supported',
-           'reason_score_schema', 'replicate_spread', 'score_answer', 'score_one', 'score_store', 'to_score_frame',
-           'weighted_score']
+           'prompt_overhead', 'reason_score_schema', 'replicate_spread', 'score_answer',
+           'score_one', 'score_store', 'to_score_frame', 'weighted_score']
 
 # ------------------------------------------------------------------ DeepEval, behind this module
 
@@ -65,7 +65,7 @@ def reason_score_schema(reason_chars: int = 400) -> dict:
     return {"type": "object",
             "properties": {"reason": {"type": "string", "maxLength": int(reason_chars),
                                       "pattern": '^[^"\\\\\\x00-\\x1f]{1,%d}$' % int(reason_chars)},
-                           "score": {"type": "integer", "enum": list(range(SCALE[0], SCALE[1] + 1))}},
+                           "score": {"type": "integer", "enum": list(range(JUDGE_SCALE[0], JUDGE_SCALE[1] + 1))}},
             "required": ["reason", "score"]}
 
 
@@ -113,59 +113,66 @@ def logprobs_supported(llm) -> bool:
         return _LOGPROBS[key]
 
 
+class _JudgeCalls:
+    """The judge model's methods: every call through the LLM layer (cache, retries), the reply checked before it is
+    cached. :func:`_judge_model_class` puts them on a DeepEval model class."""
+
+    def __init__(self, llm, logprobs, max_tokens, schema, temperature, reason_chars):
+        self.llm, self.max_tokens, self.schema = llm, max_tokens, schema
+        self.temperature, self.reason_chars = temperature, reason_chars
+        self.refused_logprobs = bool(logprobs) and not logprobs_supported(llm)
+        self.logprobs = bool(logprobs) and not self.refused_logprobs
+        self.last = None
+        self.refused = None  # the JudgeError of a reply the check refused (not cached)
+        super().__init__(llm.model)
+
+    def load_model(self):
+        return self.llm
+
+    def get_model_name(self):
+        return self.llm.model
+
+    def _params(self, top_logprobs: int | None):
+        params = {"max_tokens": self.max_tokens, "temperature": self.temperature}
+        if self.schema:
+            params["response_format"] = {"type": "json_object", "schema": reason_score_schema(self.reason_chars)}
+        if self.logprobs and top_logprobs:
+            params.update(logprobs=True, top_logprobs=min(int(top_logprobs), 20))
+        return params
+
+    def _check(self, done) -> None:
+        # Runs before the reply is cached; DeepEval may wrap what it raises, so it is kept here too.
+        try:
+            read_judgement(done.text)
+        except JudgeError as exc:
+            self.refused = exc
+            raise
+
+    def generate(self, prompt: str, schema=None, **kwargs) -> str:
+        self.last = self.llm.complete(prompt, validate=self._check, **self._params(None))
+        return self.last.text
+
+    async def a_generate(self, prompt: str, schema=None, **kwargs) -> str:
+        self.last = await self.llm.acomplete(prompt, validate=self._check, **self._params(None))
+        return self.last.text
+
+    def generate_raw_response(self, prompt: str, top_logprobs: int = 20, **kwargs):
+        self.last = self.llm.complete(prompt, validate=self._check, **self._params(top_logprobs))
+        return _chat_completion(self.last), self.last.cost or 0.0
+
+    async def a_generate_raw_response(self, prompt: str, top_logprobs: int = 20, **kwargs):
+        self.last = await self.llm.acomplete(prompt, validate=self._check, **self._params(top_logprobs))
+        return _chat_completion(self.last), self.last.cost or 0.0
+
+
 @lru_cache(maxsize=1)
 def _judge_model_class():
     # Defined once: DeepEval wraps every subclass's methods for tracing when the class is created.
     _deepeval()
     from deepeval.models import DeepEvalBaseLLM
 
-    class JudgeModel(DeepEvalBaseLLM):
-        def __init__(self, llm, logprobs, max_tokens, schema, temperature, reason_chars):
-            self.llm, self.max_tokens, self.schema = llm, max_tokens, schema
-            self.temperature, self.reason_chars = temperature, reason_chars
-            self.refused_logprobs = bool(logprobs) and not logprobs_supported(llm)
-            self.logprobs = bool(logprobs) and not self.refused_logprobs
-            self.last = None
-            self.refused = None  # the JudgeError of a reply the check refused (not cached)
-            super().__init__(llm.model)
-
-        def load_model(self):
-            return self.llm
-
-        def get_model_name(self):
-            return self.llm.model
-
-        def _params(self, top_logprobs: int | None):
-            params = {"max_tokens": self.max_tokens, "temperature": self.temperature}
-            if self.schema:
-                params["response_format"] = {"type": "json_object", "schema": reason_score_schema(self.reason_chars)}
-            if self.logprobs and top_logprobs:
-                params.update(logprobs=True, top_logprobs=min(int(top_logprobs), 20))
-            return params
-
-        def _check(self, done) -> None:
-            # Runs before the reply is cached; DeepEval may wrap what it raises, so it is kept here too.
-            try:
-                read_judgement(done.text)
-            except JudgeError as exc:
-                self.refused = exc
-                raise
-
-        def generate(self, prompt: str, schema=None, **kwargs) -> str:
-            self.last = self.llm.complete(prompt, validate=self._check, **self._params(None))
-            return self.last.text
-
-        async def a_generate(self, prompt: str, schema=None, **kwargs) -> str:
-            self.last = await self.llm.acomplete(prompt, validate=self._check, **self._params(None))
-            return self.last.text
-
-        def generate_raw_response(self, prompt: str, top_logprobs: int = 20, **kwargs):
-            self.last = self.llm.complete(prompt, validate=self._check, **self._params(top_logprobs))
-            return _chat_completion(self.last), self.last.cost or 0.0
-
-        async def a_generate_raw_response(self, prompt: str, top_logprobs: int = 20, **kwargs):
-            self.last = await self.llm.acomplete(prompt, validate=self._check, **self._params(top_logprobs))
-            return _chat_completion(self.last), self.last.cost or 0.0
+    class JudgeModel(_JudgeCalls, DeepEvalBaseLLM):
+        pass
 
     return JudgeModel
 
@@ -356,7 +363,7 @@ async def score_answer(llm, metric: str, *, question: str, answer: str, expected
     if found is not None:
         weighted, how = found
         scoring, note = "weighted", f"probability-weighted over the top logprobs ({how})"
-        score = (weighted - SCALE[0]) / (SCALE[1] - SCALE[0])
+        score = (weighted - JUDGE_SCALE[0]) / (JUDGE_SCALE[1] - JUDGE_SCALE[0])
         if how != "single score token":
             note += "; DeepEval's single-token rule would give the integer here"
     else:
@@ -619,3 +626,22 @@ def judge_expert_agreement(judge: pd.DataFrame, expert: pd.DataFrame, on=("test_
                      "pearson": stats.pearsonr(g.judge, g.expert)[0] if len(g) > 2 else np.nan,
                      "mean_abs_diff": float(np.mean(np.abs(scaled[0] - scaled[1])))})
     return pd.DataFrame(rows, columns=["metric", "n", "spearman", "pearson", "mean_abs_diff"])
+
+
+@lru_cache(maxsize=None)
+def prompt_overhead(metric: str, variant: str) -> int:
+    """Tokens of the judge's prompt around the case: DeepEval's G-Eval template with this metric's steps and rubric
+    (what a plan counts for each judge call, without importing DeepEval).
+
+    >>> 100 < prompt_overhead("factuality", "with_context") < 3000
+    True
+    """
+
+    steps = "\n".join(f"{i}. {s}" for i, s in enumerate(STEPS[metric], start=1))
+    rubric = "\n".join(f"{lo}-{hi}: {t}" for (lo, hi), t in zip(BANDS, RUBRICS[metric][variant]))
+    try:
+        text = _evaluation_prompt(evaluation_steps=steps, test_case_content="", parameters="", rubric=rubric,
+                                 score_range=(0, 10), _additional_context=None, multimodal=False)
+    except TypeError:  # another DeepEval version: count the parts we know
+        text = steps + "\n" + rubric + "\n" * 40
+    return count_tokens(text) + 16  # the field labels DeepEval adds around each part

@@ -89,63 +89,72 @@ def reference_check(question: str, answer: str, reference: str, rtol: float = 0.
         return out
     key = answer_key(reference)
     out["expected"] = key
-    text = answer.strip()
-    kind = out["subtype"]
-    if kind == "Choice":
-        want = re.findall(r"\b([A-F])\b", key)
-        got = re.findall(r"(?:answer is|option|choice)\s*\(?([A-F])\b|^\s*\(?([A-F])[).:\s]|\(([A-F])\)", text,
-                         flags=re.IGNORECASE | re.MULTILINE)
-        letters = [next(g for g in m if g).upper() for m in got]
-        if not letters:
-            letters = re.findall(r"\b([A-F])\b", text)
-        out["found"] = letters[0] if letters else ""
-        if want:
-            out["correct"] = bool(letters) and letters[0] == want[0]
-            out["share"] = float(out["correct"])
-        else:
-            out["note"] = "the reference names no option letter"
-    elif kind == "Judge":
-        want, got = _truth_values(key), _truth_values(text)
-        out["found"] = ", ".join(map(str, got[:len(want)]))
-        if want:
-            out["correct"] = got[:len(want)] == want
-            out["share"] = sum(a == b for a, b in zip(got, want)) / len(want)
-        else:
-            out["note"] = "the reference states no true/false value"
-    elif kind == "Calculation":
-        want = _numbers(key)
-        if not want:
-            out["note"] = "the reference gives no number to check"
-            return out
-        value, unit = want[0]
-        got = _numbers(text)
-        hit = [g for g in got if _close(g[0], value, rtol) and (not unit or not g[1] or g[1] == unit)]
-        best = hit[0] if hit else got[0] if got else None
-        out["found"] = f"{best[0]:g} {best[1]}".strip() if best else ""
-        out["correct"] = bool(hit)
-        out["share"] = float(bool(hit))
-    else:  # Fill
-        items = re.findall(r'"([^"]+)"|“([^”]+)”|\[([^\]]+)\]', key)
-        items = [next(x for x in m if x) for m in items]
-        if items and len(items) == 1 and re.search(r"[;,]", items[0]):
-            items = [s for s in re.split(r"[;,]", items[0]) if s.strip()]
-        if not items:
-            items = [s for s in re.split(r"\s*(?:;|,| and )\s*", key) if s.strip()] or [key]
-        found = []
-        for item in items:
-            nums = _numbers(item)
-            if nums and re.fullmatch(rf"\s*{_NUMBER}\s*\S*\s*", item):
-                ok = any(_close(g[0], nums[0][0], rtol) and (not nums[0][1] or not g[1] or g[1] == nums[0][1])
-                         for g in _numbers(text))
-            else:
-                words = re.findall(r"[\w\-\[\]]+", item.lower())
-                ok = bool(words) and all(re.search(rf"(?<![\w-]){re.escape(w)}(?![\w-])", text.lower()) for w in words)
-            found.append(ok)
-        out["share"] = sum(found) / len(found)
-        out["correct"] = all(found)
-        out["found"] = "; ".join(i for i, ok in zip(items, found) if ok)
-        out["expected"] = "; ".join(items)
+    out.update(_CHECKS[out["subtype"]](key, answer.strip(), rtol))
     return out
+
+
+def _check_choice(key: str, text: str, rtol: float) -> dict:
+    """The first option letter the answer gives against the reference's."""
+    want = re.findall(r"\b([A-F])\b", key)
+    got = re.findall(r"(?:answer is|option|choice)\s*\(?([A-F])\b|^\s*\(?([A-F])[).:\s]|\(([A-F])\)", text,
+                     flags=re.IGNORECASE | re.MULTILINE)
+    letters = [next(g for g in m if g).upper() for m in got] or re.findall(r"\b([A-F])\b", text)
+    out = {"found": letters[0] if letters else ""}
+    if not want:
+        return {**out, "note": "the reference names no option letter"}
+    correct = bool(letters) and letters[0] == want[0]
+    return {**out, "correct": correct, "share": float(correct)}
+
+
+def _check_judge(key: str, text: str, rtol: float) -> dict:
+    """The true/false values in order."""
+    want, got = _truth_values(key), _truth_values(text)
+    out = {"found": ", ".join(map(str, got[:len(want)]))}
+    if not want:
+        return {**out, "note": "the reference states no true/false value"}
+    return {**out, "correct": got[:len(want)] == want, "share": sum(a == b for a, b in zip(got, want)) / len(want)}
+
+
+def _check_calculation(key: str, text: str, rtol: float) -> dict:
+    """The reference's number within ``rtol``, its unit (if any) matching."""
+    want = _numbers(key)
+    if not want:
+        return {"note": "the reference gives no number to check"}
+    value, unit = want[0]
+    got = _numbers(text)
+    hit = [g for g in got if _close(g[0], value, rtol) and (not unit or not g[1] or g[1] == unit)]
+    best = hit[0] if hit else got[0] if got else None
+    return {"found": f"{best[0]:g} {best[1]}".strip() if best else "", "correct": bool(hit),
+            "share": float(bool(hit))}
+
+
+def _fill_items(key: str) -> list[str]:
+    """The blanks' values of a Fill reference: quoted or bracketed items, else the key split at ; , and "and"."""
+    items = [next(x for x in m if x) for m in re.findall(r'"([^"]+)"|“([^”]+)”|\[([^\]]+)\]', key)]
+    if items and len(items) == 1 and re.search(r"[;,]", items[0]):
+        items = [s for s in re.split(r"[;,]", items[0]) if s.strip()]
+    return items or [s for s in re.split(r"\s*(?:;|,| and )\s*", key) if s.strip()] or [key]
+
+
+def _found(item: str, text: str, rtol: float) -> bool:
+    """One blank's value in the answer: a number within ``rtol`` (same unit where given), else every word whole."""
+    nums = _numbers(item)
+    if nums and re.fullmatch(rf"\s*{_NUMBER}\s*\S*\s*", item):
+        return any(_close(g[0], nums[0][0], rtol) and (not nums[0][1] or not g[1] or g[1] == nums[0][1])
+                   for g in _numbers(text))
+    words = re.findall(r"[\w\-\[\]]+", item.lower())
+    return bool(words) and all(re.search(rf"(?<![\w-]){re.escape(w)}(?![\w-])", text.lower()) for w in words)
+
+
+def _check_fill(key: str, text: str, rtol: float) -> dict:
+    """Every blank's value."""
+    items = _fill_items(key)
+    found = [_found(item, text, rtol) for item in items]
+    return {"share": sum(found) / len(found), "correct": all(found),
+            "found": "; ".join(i for i, ok in zip(items, found) if ok), "expected": "; ".join(items)}
+
+
+_CHECKS = {"Choice": _check_choice, "Judge": _check_judge, "Calculation": _check_calculation, "Fill": _check_fill}
 
 
 def reference_scores(results: pd.DataFrame, questions: pd.DataFrame) -> pd.DataFrame:

@@ -9,11 +9,11 @@ import pandas as pd
 
 from ..core.errors import CausedError
 
-__all__ = ['BANDS', 'INJECTION_PATTERNS', 'JudgeError', 'PLACEHOLDER_REASONS', 'RUBRICS', 'RUBRIC_VERSION', 'SCALE',
-           'STEPS', 'injection_flags', 'read_judgement', 'rubric_frame', 'rubric_variant']
+__all__ = ['BANDS', 'INJECTION_PATTERNS', 'JudgeError', 'PLACEHOLDER_REASONS', 'RUBRICS', 'RUBRIC_VERSION',
+           'JUDGE_SCALE', 'STEPS', 'injection_flags', 'read_judgement', 'rubric_frame', 'rubric_variant']
 
 RUBRIC_VERSION = "fab-bench-appendix-e/1"
-SCALE = (0, 10)
+JUDGE_SCALE = (0, 10)
 BANDS = ((9, 10), (7, 8), (5, 6), (3, 4), (1, 2), (0, 0))
 
 #: Appendix E, Tables 10-15: per metric, two variants, six bands each (best first).
@@ -176,8 +176,8 @@ def read_judgement(text: str) -> tuple[int | float, str]:
     if not isinstance(data, dict) or "score" not in data:
         raise JudgeError(f"the judge's JSON lacks the score: {text[:120]!r}", "missing-field")
     raw = data["score"]
-    if not isinstance(raw, (int, float)) or isinstance(raw, bool) or not SCALE[0] <= raw <= SCALE[1]:
-        raise JudgeError(f"the judge gave {raw!r}, outside {SCALE[0]}-{SCALE[1]}.", "out-of-range")
+    if not isinstance(raw, (int, float)) or isinstance(raw, bool) or not JUDGE_SCALE[0] <= raw <= JUDGE_SCALE[1]:
+        raise JudgeError(f"the judge gave {raw!r}, outside {JUDGE_SCALE[0]}-{JUDGE_SCALE[1]}.", "out-of-range")
     reason = str(data.get("reason", "")).strip()
     if not reason:
         raise JudgeError("the judge gave no reason.", "missing-field")

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from ..core.errors import FabnbError
 
-__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "ApiError", "Results", "confine", "doctor", "loads", "new_experiment",
-           "plan", "rate_page", "runs", "text_field"]
+__all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "ApiError", "Results", "confine", "doctor_table", "kind_table", "loads",
+           "new_experiment", "plan_file", "rate_page", "runs", "text_field"]
 
 #: The longest path or name a request may send (a value over it is never repeated whole in a message or a log).
 MAX_PATH_CHARS = 4096
@@ -89,7 +89,7 @@ def runs(root: str | Path, jobs=None) -> list[dict]:
     return sorted(out, key=lambda r: (r["state"] != "running", str(r.get("started") or "")))
 
 
-def plan(root: str | Path, rel: str) -> dict:
+def plan_file(root: str | Path, rel: str) -> dict:
     """The plan of an experiment TOML (what ``fabnb run FILE --dry-run`` prints, without probes).
 
     Returns
@@ -128,7 +128,7 @@ def plan(root: str | Path, rel: str) -> dict:
             "confirm": run.plan.confirmation(exp)}
 
 
-def doctor() -> list[dict]:
+def doctor_table() -> list[dict]:
     """``fabnb doctor``'s table (area, check, status, detail, fix), without starting the embedded model."""
     from ..experiment.output import json_records
     from ..views.doctor import check
@@ -136,17 +136,31 @@ def doctor() -> list[dict]:
     return json_records(check(model=False, endpoint=False))
 
 
-def new_experiment(root: str | Path, folder: str, name: str = "experiment.toml") -> str:
-    """Write a commented experiment TOML (the offline example's, its output beside it) into ``folder``.
+def kind_table() -> list[dict]:
+    """The system kinds an experiment file may name, with their settings (:func:`fabnb.rag.kinds.kinds_json`): what
+    the extension's New-experiment dialog offers, read at each opening, so a new kind needs no rebuild."""
+    from ..rag.kinds import kinds_json
+
+    return kinds_json()
+
+
+def new_experiment(root: str | Path, folder: str, name: str = "experiment.toml", kind: str = "") -> str:
+    """Write a commented experiment TOML (the offline example's, its output beside it) into ``folder``; with a
+    ``kind`` other than the reference system, a ``[[systems]]`` table of that kind to fill in is added beside the
+    example's (:meth:`fabnb.rag.kinds.SystemKind.template`).
 
     Returns the new file's path relative to the root; an existing file is never overwritten (``-1``, ``-2`` ...
     are added to the name).
     """
     from ..core.paths import shipped
+    from ..rag.kinds import system_kinds
 
     where = confine(root, folder or ".")
     if not where.is_dir():
         raise ApiError(f"{folder!r} is not a folder under the server's root.")
+    known = system_kinds()
+    if kind and kind not in known:
+        raise ApiError(f"kind {kind[:80]!r} is not a system kind; allowed: {', '.join(known)}.")
     stem, suffix = os.path.splitext(os.path.basename(name) or "experiment.toml")
     target, n = where / f"{stem}{suffix or '.toml'}", 0
     while target.exists():
@@ -155,6 +169,8 @@ def new_experiment(root: str | Path, folder: str, name: str = "experiment.toml")
     text = shipped("examples", "offline.toml")
     text = text.replace("examples/offline.toml", target.name).replace(
         'output = "../fabnb-experiments/offline-demo"', f'output = "fabnb-runs/{target.stem}"')
+    if kind and not known[kind].reference:
+        text = text.replace("\n[judge]", f"\n{known[kind].template()}\n[judge]", 1)
     target.write_text(text, encoding="utf-8")
     return _rel(root, target)
 

@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from .api import ApiError, confine, plan
+from .api import ApiError, confine, plan_file
 
 __all__ = ["Jobs"]
 
@@ -66,7 +66,7 @@ class Jobs:
             holder = held_by(out) if out.is_dir() else None
             if holder:
                 raise ApiError(f"{out} is in use by {holder}; wait for it to end or stop it first.", 409)
-            p = plan(self.root, rel)
+            p = plan_file(self.root, rel)
             if not p["ok"]:
                 raise ApiError(p["error"], 422)
             if p.get("confirm") and not yes:  # the one threshold: JupyterLab's Run asks, then sends yes

@@ -13,7 +13,9 @@ Routes (GET unless marked):
 ``runs/stop`` (POST)      ``{"path"}``: stop the run that holds a folder (a clean stop)
 ``plan``                  ``?file=``: an experiment file's plan, or its error
 ``doctor``                ``fabnb doctor``'s table
-``new`` (POST)            ``{"folder"}``: a commented experiment TOML written there
+``kinds``                 the system kinds an experiment file may name, with their settings (the registry)
+``new`` (POST)            ``{"folder", "kind"}``: a commented experiment TOML written there, a system of that kind
+                          added (commented) when one is named
 ``rate`` (POST)           ``{"folder"}``: the rating app's page written there
 ``results/summary``       ``?path=``: a run's summary, figures and the filters' values
 ``results/cells``         ``?path=&filters=&page=&sort=&descending=``: a page of judged cells
@@ -31,7 +33,19 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.application import ExtensionApp
 from tornado import web
 
-from .api import MAX_BODY_BYTES, ApiError, Results, doctor, loads, new_experiment, plan, rate_page, runs, text_field
+from .api import (
+    MAX_BODY_BYTES,
+    ApiError,
+    Results,
+    doctor_table,
+    kind_table,
+    loads,
+    new_experiment,
+    plan_file,
+    rate_page,
+    runs,
+    text_field,
+)
 from .jobs import Jobs
 
 __all__ = ["FabnbExtension", "ROUTES"]
@@ -91,20 +105,27 @@ class StopHandler(_Handler):
 class PlanHandler(_Handler):
     @web.authenticated
     async def get(self):
-        await self.answer(plan, self.root, self.get_argument("file", ""))
+        await self.answer(plan_file, self.root, self.get_argument("file", ""))
 
 
 class DoctorHandler(_Handler):
     @web.authenticated
     async def get(self):
-        await self.answer(doctor)
+        await self.answer(doctor_table)
+
+
+class KindsHandler(_Handler):
+    @web.authenticated
+    async def get(self):
+        await self.answer(kind_table)
 
 
 class NewHandler(_Handler):
     @web.authenticated
     async def post(self):
         await self.answer(lambda: {"file": new_experiment(self.root, text_field(self.body(), "folder", "new"),
-                                                          text_field(self.body(), "name", "new") or "experiment.toml")})
+                                                          text_field(self.body(), "name", "new") or "experiment.toml",
+                                                          text_field(self.body(), "kind", "new"))})
 
 
 class RateHandler(_Handler):
@@ -157,7 +178,8 @@ def _int(text: str) -> int:
 
 #: The routes, relative to the server's base URL.
 ROUTES = [("/fabnb/api/runs", RunsHandler), ("/fabnb/api/runs/stop", StopHandler), ("/fabnb/api/plan", PlanHandler),
-          ("/fabnb/api/doctor", DoctorHandler), ("/fabnb/api/new", NewHandler), ("/fabnb/api/rate", RateHandler),
+          ("/fabnb/api/doctor", DoctorHandler), ("/fabnb/api/kinds", KindsHandler),
+          ("/fabnb/api/new", NewHandler), ("/fabnb/api/rate", RateHandler),
           ("/fabnb/api/results/summary", SummaryHandler), ("/fabnb/api/results/cells", CellsHandler),
           ("/fabnb/api/results/cell", CellHandler), ("/fabnb/api/results/compare", CompareHandler)]
 

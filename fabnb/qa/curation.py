@@ -28,12 +28,12 @@ from ..data.datasets import qa_frame, read_qa_files
 from .generation import ALPHA, write_pairs
 from .rating import RatingError, RatingStore
 
-__all__ = ['CurationSession', 'DUPLICATE_THRESHOLD', 'EDITABLE', 'PAPER_TARGETS', 'STATUSES', 'duplicate_groups',
-           'similarity_matrix']
+__all__ = ['CurationSession', 'DUPLICATE_THRESHOLD', 'EDITABLE', 'PAPER_TARGETS', 'CURATION_STATUSES',
+           'duplicate_groups', 'similarity_matrix']
 
 #: FAB-Bench's released counts per test type.
 PAPER_TARGETS: dict[str, int] = {"robustness": 59, "multi_hop": 90, "generation_quality": 51}
-STATUSES = ("pending", "kept", "dropped")
+CURATION_STATUSES = ("pending", "kept", "dropped")
 #: Fields a curator may edit; the rest of a record is written back as it was read.
 EDITABLE = ("question", "ground_truth_answer", "question_format", "primary_metric", "description")
 #: Default Eq. 13 similarity above which two questions count as near-duplicates.
@@ -240,10 +240,10 @@ class CurationSession:
         counts = {}
         for test_id, test_type in self._types.items():
             status = self._state.get(test_id, {}).get("status", "pending")
-            counts.setdefault(test_type, dict.fromkeys(STATUSES, 0))[status] += 1
+            counts.setdefault(test_type, dict.fromkeys(CURATION_STATUSES, 0))[status] += 1
         types = list(dict.fromkeys([*TEST_TYPES, *counts]))
         out = pd.DataFrame([{"test_type": t, "target": int(self.targets.get(t, 0)),
-                             **counts.get(t, dict.fromkeys(STATUSES, 0))} for t in types])
+                             **counts.get(t, dict.fromkeys(CURATION_STATUSES, 0))} for t in types])
         out["remaining"] = (out["target"] - out["kept"]).clip(lower=0)
         return out[["test_type", "target", "kept", "dropped", "pending", "remaining"]]
 

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..core.records import stage_bar
 from ..core.schema import TEST_TYPES
 from ..core.text import QUOTE_SHARE, quoted_share, word_tokens  # noqa: F401  (re-exported: the old place)
 from ..corpus.terms import KnowledgeBase
@@ -323,43 +324,73 @@ def validate(answer_text: str, plan: FormatPlan, context_text: str) -> tuple[dic
         ``answer-not-in-context``.
     """
     try:
+        question, answer, evidence = _parsed_pair(answer_text)
+        _check_prefix(question, plan)
+        evidence = _check_evidence(evidence, context_text)
+        _check_values(question, answer, evidence, plan, context_text)
+    except _Invalid as bad:
+        return None, bad.kind, str(bad)
+    return {"question": question, "answer": answer, "evidence": evidence}, "", ""
+
+
+class _Invalid(ValueError):
+    """A generated pair that fails one of :func:`validate`'s checks: its failure kind and what is wrong."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def _parsed_pair(answer_text: str) -> tuple[str, str, list]:
+    """The question, the answer and the evidence quotes of a generator's JSON, each of its type."""
+    try:
         data = parse_json(answer_text)
     except ValueError as exc:
-        return None, "not-json", str(exc)
+        raise _Invalid("not-json", str(exc)) from None
     if not isinstance(data, dict):
-        return None, "wrong-type", f"expected a JSON object, got {type(data).__name__}"
+        raise _Invalid("wrong-type", f"expected a JSON object, got {type(data).__name__}")
     for name in ("question", "answer", "evidence"):
         if name not in data:
-            return None, "missing-field", f"no {name!r} field (fields: {sorted(data)})"
+            raise _Invalid("missing-field", f"no {name!r} field (fields: {sorted(data)})")
     if not isinstance(data["question"], str) or not isinstance(data["answer"], str):
-        return None, "wrong-type", "question and answer must be strings"
-    evidence = data["evidence"]
-    if isinstance(evidence, str):
-        evidence = [evidence]
+        raise _Invalid("wrong-type", "question and answer must be strings")
+    evidence = [data["evidence"]] if isinstance(data["evidence"], str) else data["evidence"]
     if not isinstance(evidence, list) or not all(isinstance(e, str) for e in evidence):
-        return None, "wrong-type", "evidence must be a list of strings"
+        raise _Invalid("wrong-type", "evidence must be a list of strings")
     question, answer = data["question"].strip(), data["answer"].strip()
     if len(question) < 15 or not answer:
-        return None, "missing-field", "empty or too short question or answer"
+        raise _Invalid("missing-field", "empty or too short question or answer")
+    return question, answer, evidence
+
+
+def _check_prefix(question: str, plan: FormatPlan) -> None:
+    """An objective question starts with its subtype's prefix."""
     if plan.question_format == "OBJECTIVE":
         prefix = OBJECTIVE_SUBTYPES[plan.subtype][1]
         if not question.startswith(prefix):
-            return None, "bad-prefix", f"objective question must start with {prefix}: {question[:40]!r}"
-    ctx = _norm(context_text)
+            raise _Invalid("bad-prefix", f"objective question must start with {prefix}: {question[:40]!r}")
+
+
+def _check_evidence(evidence: list, context_text: str) -> list:
+    """The non-empty quotes, each found in the context as one run of most of its words."""
     evidence = [e.strip() for e in evidence if e.strip()]
     if not evidence:
-        return None, "evidence-not-in-context", "no evidence quoted"
+        raise _Invalid("evidence-not-in-context", "no evidence quoted")
     for quote in evidence:
         share = quoted_share(quote, context_text)
         if share < QUOTE_SHARE:
-            return None, "evidence-not-in-context", (f"evidence not found in the context ({share:.0%} of its words "
+            raise _Invalid("evidence-not-in-context", f"evidence not found in the context ({share:.0%} of its words "
                                                       f"in one run): {quote[:60]!r}")
-    if plan.question_format == "OBJECTIVE" and plan.subtype in ("Fill", "Calculation", "Choice"):
+    return evidence
+
+
+def _check_values(question: str, answer: str, evidence: list, plan: FormatPlan, context_text: str) -> None:
+    """A Fill answer's values (those not in the question) come from the evidence or the context."""
+    if plan.question_format == "OBJECTIVE" and plan.subtype == "Fill":
         numbers = [n for n in _NUMBERS.findall(answer) if n not in question]
-        source = " ".join(_norm(e) for e in evidence) + " " + ctx
-        if plan.subtype == "Fill" and numbers and not any(n in source for n in numbers):
-            return None, "answer-not-in-context", f"none of the answer's values {numbers[:4]} is in the context"
-    return {"question": question, "answer": answer, "evidence": evidence}, "", ""
+        source = " ".join(_norm(e) for e in evidence) + " " + _norm(context_text)
+        if numbers and not any(n in source for n in numbers):
+            raise _Invalid("answer-not-in-context", f"none of the answer's values {numbers[:4]} is in the context")
 
 
 # ------------------------------------------------------------------ the loop
@@ -553,11 +584,7 @@ def generate_qa(contexts, llm: LLM, n: int, *, test_type: str | None = None, kb=
     started = time.perf_counter()
     pairs, accepted_questions, formats, log = [], [], [], []
     counters: dict[str, int] = {}
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=n, desc="QA pairs")
+    bar, own_bar = stage_bar(progress, n, "QA pairs")
     for ctx in contexts.contexts.itertuples():
         if len(pairs) >= n:
             break
@@ -583,11 +610,7 @@ def generate_qa(contexts, llm: LLM, n: int, *, test_type: str | None = None, kb=
             entry.update(cached=done.cached, latency_s=done.latency_s, raw=done.text[:500])
             record, failure, message = validate(done.text, plan, ctx.text)
             if record is not None:
-                check = uniqueness(record["question"], accepted_questions, theta, kb, config.alpha)
-                entry.update(max_weighted=check["max_weighted"], max_semantic=check["max_semantic"])
-                if not check["unique"]:
-                    failure, message = check["reason"], (f"max weighted similarity {check['max_weighted']:.3f}, "
-                                                         f"semantic {check['max_semantic']:.3f}, threshold {theta}")
+                failure, message = _unique(record["question"], accepted_questions, theta, kb, config.alpha, entry)
             if failure:
                 log.append({**entry, "outcome": "failed", "failure": failure, "message": message})
                 failures += 1
@@ -605,9 +628,20 @@ def generate_qa(contexts, llm: LLM, n: int, *, test_type: str | None = None, kb=
             if bar is not None:
                 bar.update(1)
             break
-    if bar is not None:
+    if own_bar:
         bar.close()
     return GenerationRun(pairs, pd.DataFrame(log, columns=ATTEMPT_COLUMNS), time.perf_counter() - started)
+
+
+def _unique(question: str, accepted: list, theta: float, kb, alpha: float, entry: dict) -> tuple[str, str]:
+    """Eq. 13 against the accepted questions: ``("", "")`` for a new question, else the failure and why; the
+    similarities go into the attempt's log ``entry``."""
+    check = uniqueness(question, accepted, theta, kb, alpha)
+    entry.update(max_weighted=check["max_weighted"], max_semantic=check["max_semantic"])
+    if check["unique"]:
+        return "", ""
+    return check["reason"], (f"max weighted similarity {check['max_weighted']:.3f}, semantic "
+                             f"{check['max_semantic']:.3f}, threshold {theta}")
 
 
 def run_ablation(contexts, llm: LLM, n: int, groups=("A", "B", "C", "D", "E"), **kwargs) -> pd.DataFrame:

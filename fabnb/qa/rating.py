@@ -38,9 +38,9 @@ from ..core.stats import icc, krippendorff_alpha, weighted_kappa  # noqa: F401 -
 from .access import MAX_RATER_NAME, rater_name_problem  # the one rule for names, kept there
 
 __all__ = ['ANCHORS', 'ANCHORS_SOURCE', 'BLIND_FIELDS', 'DIMENSIONS', 'RATING_COLUMNS', 'RatingApp', 'RatingError',
-           'RatingSession', 'RatingStore', 'MAX_COMMENT', 'MAX_RATER_NAME', 'SCALE', 'SCHEMES', 'VERDICT_DIMENSIONS',
-           'agreement', 'app_notebook', 'assign', 'icc', 'krippendorff_alpha', 'overlap',
-           'quality_table', 'rating_items', 'rating_matrix', 'read_manifest', 'rater_key', 'read_rating_file',
+           'RatingSession', 'RatingStore', 'MAX_COMMENT', 'MAX_RATER_NAME', 'RATING_SCALE', 'SCHEMES',
+           'VERDICT_DIMENSIONS', 'agreement', 'app_notebook', 'assign', 'icc', 'krippendorff_alpha', 'overlap',
+           'quality_table', 'rating_items', 'rating_matrix', 'read_rater_manifest', 'rater_key', 'read_rating_file',
            'serve_app', 'weighted_kappa', 'write_manifests']
 
 #: Appendix D's four dimensions and their one-line definitions (1-5 scale).
@@ -50,7 +50,7 @@ DIMENSIONS: dict[str, str] = {
     "difficulty": "Cognitive challenge: how much reading and reasoning it takes.",
     "diversity": "Novelty relative to the other questions.",
 }
-SCALE = (1, 5)
+RATING_SCALE = (1, 5)
 #: What the two ends of each dimension's scale mean, shown beside its buttons. The paper (Appendix D) names the
 #: four dimensions and the 1-5 scale but gives no anchor text, so these are the kit's own words
 #: (:data:`ANCHORS_SOURCE` says so on screen).
@@ -69,7 +69,7 @@ VERDICT_DIMENSIONS: dict[str, str] = {
               "0 if it passes.",
 }
 #: What each kind of record rates: its dimensions and their scale (inclusive).
-SCHEMES: dict[str, tuple[dict, tuple[int, int]]] = {"rating": (DIMENSIONS, SCALE),
+SCHEMES: dict[str, tuple[dict, tuple[int, int]]] = {"rating": (DIMENSIONS, RATING_SCALE),
                                                      "verdict": (VERDICT_DIMENSIONS, (0, 1))}
 #: Fields hidden from a rater in blind mode.
 BLIND_FIELDS = ("generation_metadata", "group", "condition", "model", "config", "source_chapter")
@@ -254,7 +254,7 @@ class RatingStore:
         ratings = folder / "ratings.csv"
         self.ratings().to_csv(ratings, index=False)
         codebook = folder / "codebook.csv"
-        rows = [{"name": d, "kind": "dimension", "meaning": m, "values": f"integer {SCALE[0]}-{SCALE[1]}"}
+        rows = [{"name": d, "kind": "dimension", "meaning": m, "values": f"integer {RATING_SCALE[0]}-{RATING_SCALE[1]}"}
                 for d, m in DIMENSIONS.items()]
         rows += [{"name": "rater", "kind": "column", "meaning": "who rated", "values": "text"},
                  {"name": "item_id", "kind": "column", "meaning": "the QA pair's test_id", "values": "text"},
@@ -343,7 +343,7 @@ class RatingSession:
 
     def __post_init__(self):
         if self.manifest is not None:
-            m = self.manifest if isinstance(self.manifest, dict) else read_manifest(self.manifest)
+            m = self.manifest if isinstance(self.manifest, dict) else read_rater_manifest(self.manifest)
             if m.get("rater") != self.rater:
                 raise RatingError(f"the manifest is for {m.get('rater')!r}, not {self.rater!r}; open your own.")
             unknown = sorted(set(m["items"]) - set(self.items["item_id"]))
@@ -567,7 +567,7 @@ def write_manifests(assignments: pd.DataFrame, folder: str | Path) -> list[Path]
     return paths
 
 
-def read_manifest(path: str | Path) -> dict:
+def read_rater_manifest(path: str | Path) -> dict:
     """A rater's manifest: ``{"rater": name, "items": [item ids]}``, checked."""
     path = Path(path)
     try:
@@ -657,7 +657,7 @@ class RatingApp:
         """The raters a manifest folder has an assignment for (empty without one)."""
         if self.manifests is None:
             return []
-        return sorted(read_manifest(p)["rater"] for p in Path(self.manifests).glob("*.json"))
+        return sorted(read_rater_manifest(p)["rater"] for p in Path(self.manifests).glob("*.json"))
 
     def progress(self) -> pd.DataFrame:
         """Every rater with a file or a manifest: rater, rated (items with every dimension), items.

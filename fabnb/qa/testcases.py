@@ -30,7 +30,7 @@ from ..core.text import QUOTE_SHARE, quoted_share, word_tokens
 from ..corpus.passages import CoverageTracker, rank_by_complexity
 from ..models.llm import LLM, LLMError, parse_json
 
-__all__ = ['ANSWER_SUPPORT', 'REFUSAL', 'REJECT_COLUMNS', 'TEST_COLUMNS', 'TestSuite', 'absence_share',
+__all__ = ['ANSWER_SUPPORT', 'REFUSAL', 'TEST_REJECT_COLUMNS', 'TEST_COLUMNS', 'TestSuite', 'absence_share',
            'answer_support', 'complex_passage_tests', 'coverage_tests', 'fair_baseline_tests',
            'negative_rejection_tests', 'random_tests', 'write_positive_test']
 
@@ -39,7 +39,7 @@ REFUSAL = "Insufficient information to answer this question"
 
 TEST_COLUMNS = ["test_id", "generator", "kind", "question", "expected_answer", "keywords", "source_chunk",
                 "source_doc", "evidence", "absence_max_share", "model"]
-REJECT_COLUMNS = ["generator", "source_chunk", "reason"]
+TEST_REJECT_COLUMNS = ["generator", "source_chunk", "reason"]
 
 _POSITIVE_SCHEMA = {
     "type": "object",
@@ -108,7 +108,7 @@ class _Collector:
 
     def suite(self) -> TestSuite:
         return TestSuite(pd.DataFrame(self.tests, columns=TEST_COLUMNS),
-                         pd.DataFrame(self.rejected, columns=REJECT_COLUMNS))
+                         pd.DataFrame(self.rejected, columns=TEST_REJECT_COLUMNS))
 
 
 def _ask(llm: LLM, prompt: str, schema: dict, max_tokens: int, seed: int):

@@ -41,23 +41,23 @@ from .config import (ANYTHINGLLM_DEFAULTS, CONTEXT_INDICATORS, OUTPUT_SCHEDULE, 
                      SYSTEM_PROMPT, RAGConfig, RAGError, count_tokens, output_tokens, sweep, truncate_tokens)
 from .frameworks import (FRAMEWORKS, QUESTION_TOKENS, SERVE_ENV, Framework, FrameworkRAG, FrameworkSetup,
                          ServedPipeline, load_factory)
+from .kinds import SYSTEM_KINDS, Setting, SystemKind, add_kind, system_kind, system_kinds
 from .grid import GridRun, ask_cell, mode_pairs, questions_frame, retrieval_table, run_grid
 from .retrievers import (HIT_COLUMNS, MINILM, RETRIEVERS, BM25Retriever, DenseRetriever, HybridRetriever,
                          Retriever, RetrieverKind, TfidfRetriever, make_retriever, minilm_embedder, minilm_path,
                          openai_embedder, pick_context, select_context)
 from .system import (Answer, RAGSystem, ReferenceRAG, answer_from_context, check_answer, check_budget, context_prompt,
-                     count_context)
+                     count_context, prepare_system)
 # isort: on
 
 __all__ = ['ANYTHINGLLM_DEFAULTS', 'Answer', 'AnythingLLM', 'BM25Retriever', 'CONTEXT_INDICATORS', 'DenseRetriever',
            'FRAMEWORKS', 'Framework', 'FrameworkRAG', 'FrameworkSetup', 'QUESTION_TOKENS', 'answer_from_context',
-           'Hayhooks', 'LightRAG', 'OpenWebUI', 'SERVE_ENV', 'ServedPipeline', 'count_context',
-           'load_factory', 'minilm_path',
-           'GridRun', 'HIT_COLUMNS', 'HTTPAdapter', 'HybridRetriever', 'MINILM', 'MaxKB', 'Metaso', 'OUTPUT_SCHEDULE',
-           'PAPER_CONTEXTS', 'PROMPT_OVERHEAD', 'RAGConfig', 'RAGError', 'RAGFlow', 'RAGSystem', 'RESULT_COLUMNS',
-           'RESULT_KEYS', 'RETRIEVERS', 'ReferenceRAG', 'ResultsStore', 'Retriever', 'RetrieverKind', 'SYSTEM_PROMPT',
-           'TfidfRetriever', 'ask_cell',
-           'check_answer', 'check_budget', 'context_prompt', 'count_tokens', 'detect_context_use', 'get_path',
-           'make_retriever', 'minilm_embedder', 'mode_pairs', 'openai_embedder', 'output_tokens', 'pick_context',
-           'questions_frame',
-           'retrieval_table', 'run_grid', 'select_context', 'sweep', 'truncate_tokens']
+           'Hayhooks', 'LightRAG', 'OpenWebUI', 'SERVE_ENV', 'ServedPipeline', 'count_context', 'load_factory',
+           'minilm_path', 'GridRun', 'HIT_COLUMNS', 'HTTPAdapter', 'HybridRetriever', 'MINILM', 'MaxKB', 'Metaso',
+           'OUTPUT_SCHEDULE', 'PAPER_CONTEXTS', 'PROMPT_OVERHEAD', 'RAGConfig', 'RAGError', 'RAGFlow', 'RAGSystem',
+           'RESULT_COLUMNS', 'RESULT_KEYS', 'RETRIEVERS', 'ReferenceRAG', 'ResultsStore', 'Retriever', 'RetrieverKind',
+           'SYSTEM_KINDS', 'SYSTEM_PROMPT', 'Setting', 'SystemKind', 'add_kind', 'system_kind', 'system_kinds',
+           'TfidfRetriever', 'ask_cell', 'check_answer', 'check_budget', 'context_prompt', 'count_tokens',
+           'detect_context_use', 'get_path', 'make_retriever', 'minilm_embedder', 'mode_pairs', 'openai_embedder',
+           'output_tokens', 'pick_context', 'prepare_system', 'questions_frame', 'retrieval_table', 'run_grid',
+           'select_context', 'sweep', 'truncate_tokens']

@@ -24,6 +24,7 @@ from .config import (
     count_tokens,
     truncate_tokens,
 )
+from .kinds import system_kind
 from .system import Answer, check_budget, count_context
 
 __all__ = ['AnythingLLM', 'HTTPAdapter', 'Hayhooks', 'LightRAG', 'MaxKB', 'Metaso', 'OpenWebUI', 'RAGFlow',
@@ -72,6 +73,16 @@ def detect_context_use(answer: str, kb=None) -> dict:
     return {"indicators": found, "technical_density": density, "context_signal": round(signal, 4)}
 
 
+#: The docs of the settings every adapter takes from :class:`HTTPAdapter` (through ``**kwargs``).
+_COMMON = {"model": "a label for the results store", "headers": "extra HTTP headers",
+           "request": "the JSON body; its strings may hold {question}, {context_k}, {context_tokens}, {max_tokens}, "
+                      "{n_snippets} or {threshold}",
+           "answer_path": "dotted path of the answer in the response, e.g. \"choices.0.message.content\"",
+           "sources_path": "dotted path of the list of sources (none: the API returns none)",
+           "source_text": "the field of a source holding its text", "source_id": "the field of a source holding its id"}
+
+
+@system_kind("http", "any JSON API over HTTP, by a request template and response paths", _COMMON)
 class HTTPAdapter:
     """Any JSON-over-HTTP RAG API, configured by a request template and response paths.
 
@@ -275,6 +286,8 @@ def _openai_body(model: str, extra: dict | None = None) -> dict:
             "max_tokens": "{max_tokens}", **(extra or {})}
 
 
+@system_kind("anythingllm", "AnythingLLM's workspace chat API",
+             {**_COMMON, "workspace": "the workspace's slug", "mode": "\"query\" or \"chat\""})
 class AnythingLLM(HTTPAdapter):
     """AnythingLLM's workspace chat API (``POST /api/v1/workspace/{slug}/chat``), sources with text.
 
@@ -328,6 +341,8 @@ class AnythingLLM(HTTPAdapter):
         return self.post(f"{self.base_url}/api/v1/workspace/{self.workspace}/update", body)
 
 
+@system_kind("ragflow", "RAGFlow's OpenAI-compatible chat endpoint",
+             {**_COMMON, "chat_id": "the chat assistant's id"})
 class RAGFlow(HTTPAdapter):
     """RAGFlow's OpenAI-compatible chat endpoint, the current path first, the deprecated one where it is missing.
 
@@ -378,6 +393,7 @@ class RAGFlow(HTTPAdapter):
         return answer
 
 
+@system_kind("maxkb", "a MaxKB application's OpenAI-compatible endpoint", _COMMON)
 class MaxKB(HTTPAdapter):
     """MaxKB's OpenAI-compatible application endpoint, with the sources read from the conversation record.
 
@@ -440,6 +456,10 @@ class MaxKB(HTTPAdapter):
                 for i, p in enumerate(paragraphs) if isinstance(p, dict)], ""
 
 
+@system_kind("hayhooks", "a Haystack pipeline served by hayhooks",
+             {**_COMMON, "pipeline": "the served pipeline's name",
+              "doc_id_field": "the meta field holding a source's document id"},
+             server=("hayhooks", "hayhooks", "hayhooks"))
 class Hayhooks(HTTPAdapter):
     """A Haystack pipeline served by hayhooks: ``POST {base_url}/{pipeline}/run``, sources from what it returns.
 
@@ -480,6 +500,10 @@ class Hayhooks(HTTPAdapter):
         return answer
 
 
+@system_kind("lightrag", "the LightRAG server",
+             {**_COMMON, "mode": "\"naive\", \"local\", \"global\", \"hybrid\" or \"mix\"",
+              "chunk_size": "the server's CHUNK_SIZE in tokens"},
+             ranges={"chunk_size": (1, 32_768)}, server=("lightrag", "lightrag-hku", "lightrag"))
 class LightRAG(HTTPAdapter):
     """The LightRAG server: the answer from ``POST {base_url}/query``, the chunks it was built on as sources.
 
@@ -549,6 +573,8 @@ class LightRAG(HTTPAdapter):
         return answer
 
 
+@system_kind("openwebui", "Open WebUI over a knowledge collection (a server of its own: fabnb only talks to it)",
+             {**_COMMON, "collection": "the knowledge collection's id"})
 class OpenWebUI(HTTPAdapter):
     """Open WebUI's chat completions over a knowledge collection, the chunks it retrieved as sources.
 
@@ -600,6 +626,8 @@ class OpenWebUI(HTTPAdapter):
         return answer
 
 
+@system_kind("metaso", "Metaso's chat API (its own model; no base_url needed)",
+             {**_COMMON, "references_path": "dotted path of the references"})
 class Metaso(HTTPAdapter):
     """Metaso's chat API, OpenAI-shaped, with structured references.
 

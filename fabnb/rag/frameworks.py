@@ -40,6 +40,7 @@ import pandas as pd
 from ..core.tokens import count_tokens
 from ..models.llm import LLMError
 from .config import PROMPT_OVERHEAD, QUESTION_TOKENS, SYSTEM_PROMPT, RAGConfig, RAGError
+from .kinds import Setting, SystemKind, add_kind
 from .retrievers import minilm_path, pick_context
 from .system import Answer, answer_from_context, check_budget, count_context
 
@@ -481,6 +482,14 @@ FRAMEWORKS: dict[str, Framework] = {
                           "haystack", "haystack-ai", "a Haystack Pipeline (haystack.Pipeline)", _is_haystack_pipeline,
                           _read_haystack, default_haystack),
 }
+
+for _kind, _fw in FRAMEWORKS.items():  # each framework is a system kind of the file, its pipeline a setting
+    add_kind(SystemKind(_kind, f"a {_fw.label} pipeline in process over the file's model (fabnb's default, or yours)",
+                        {"factory": Setting("factory", str, False, None, "\"package.module:function\" making your "
+                                            f"own pipeline from a FrameworkSetup: {_fw.expects}")},
+                        framework=_kind, module=__name__,
+                        check_installed=lambda fw=_fw: fw.missing()))  # looked up when asked: installed since?
+del _kind, _fw
 
 
 def framework(kind: str) -> Framework:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -142,52 +143,52 @@ def run_grid(systems, questions: pd.DataFrame, configs, store: ResultsStore | st
         raise ValueError(f"questions lack column(s) {sorted(missing)}; make them with fabnb.rag.questions_frame.")
     store = store if isinstance(store, ResultsStore) else ResultsStore(store)
     with hold(store.path, "a RAG grid"):  # two processes on one store would ask each cell twice
-        done = store.done()
-        qs = questions.to_dict("records")
-        cells = [(s, q, c, m) for s in systems for c in configs for m in modes for q in qs]
-        todo = [cell for cell in cells if store.key({"system": cell[0].name, "model": cell[0].model, "mode": cell[3],
-                                                     "context_k": cell[2].context_k, "test_id": cell[1]["test_id"]})
-                not in done]
-        deferred = 0
-        if limit is not None and len(todo) > limit:
-            todo, deferred = todo[:max(0, limit)], len(todo) - max(0, limit)
+        cells = [(s, q, c, m) for s in systems for c in configs for m in modes for q in questions.to_dict("records")]
+        todo = _cells_to_ask(cells, store)
+        deferred = max(0, len(todo) - max(0, limit)) if limit is not None else 0
+        todo = todo[:len(todo) - deferred]
         bar, own_bar = stage_bar(progress, len(todo), "RAG grid")
-        start, failures, stop = time.perf_counter(), [], None
-        pending_cells = iter(todo)
-        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-            running = set()
-
-            def submit_next() -> bool:
-                cell = next(pending_cells, None)
-                if cell is None:
-                    return False
-                running.add(pool.submit(ask_cell, *cell))
-                return True
-
-            for _ in range(max(1, concurrency)):
-                if not submit_next():
-                    break
-            while running:
-                finished, running = wait(running, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    record = future.result()
-                    if record["status"] != "ok":
-                        failures.append(record)
-                        if error_policy == "raise" and stop is None:
-                            stop = record
-                    if stop is None:
-                        submit_next()  # keep the slot busy while this answer is written
-                    store.append(record)  # written as it arrives: a kill loses at most the cells in flight
-                    if bar is not None:
-                        bar.update(1)
+        start = time.perf_counter()
+        failures, stop = _ask_cells(todo, store, concurrency, bar, stop_on_failure=error_policy == "raise")
         if own_bar:
             bar.close()
-        if stop is not None:
-            raise RAGError(f"{stop['system']} / {stop['model']} / {stop['context_k']}K / mode {stop['mode']} / "
-                           f"{stop['test_id']}: {stop['error']}", stop["cause"])
-        cols = [*RESULT_KEYS, "cause", "error"]
-        return GridRun(len(todo), len(cells) - len(todo) - deferred, len(failures), time.perf_counter() - start,
-                       pd.DataFrame(failures, columns=cols) if failures else pd.DataFrame(columns=cols), deferred)
+    if stop is not None:
+        raise RAGError(f"{stop['system']} / {stop['model']} / {stop['context_k']}K / mode {stop['mode']} / "
+                       f"{stop['test_id']}: {stop['error']}", stop["cause"])
+    cols = [*RESULT_KEYS, "cause", "error"]
+    return GridRun(len(todo), len(cells) - len(todo) - deferred, len(failures), time.perf_counter() - start,
+                   pd.DataFrame(failures, columns=cols) if failures else pd.DataFrame(columns=cols), deferred)
+
+
+def _cells_to_ask(cells: list, store: ResultsStore) -> list:
+    """The cells (system, question, config, mode) the store has no answer for, in grid order."""
+    done = store.done()
+    return [cell for cell in cells if store.key({"system": cell[0].name, "model": cell[0].model, "mode": cell[3],
+                                                 "context_k": cell[2].context_k, "test_id": cell[1]["test_id"]})
+            not in done]
+
+
+def _ask_cells(todo: list, store: ResultsStore, concurrency: int, bar, stop_on_failure: bool) -> tuple[list, dict]:
+    """Ask the cells with ``concurrency`` in flight, each record appended to the store as it arrives (a kill loses
+    at most the cells in flight); the failed records, and the first of them when ``stop_on_failure`` stopped
+    the asking (else None)."""
+    failures, stop, pending = [], None, iter(todo)
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        running = {pool.submit(ask_cell, *cell) for cell in itertools.islice(pending, max(1, concurrency))}
+        while running:
+            finished, running = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                record = future.result()
+                if record["status"] != "ok":
+                    failures.append(record)
+                    stop = stop or (record if stop_on_failure else None)
+                cell = next(pending, None) if stop is None else None
+                if cell is not None:  # keep the slot busy while this answer is written
+                    running.add(pool.submit(ask_cell, *cell))
+                store.append(record)
+                if bar is not None:
+                    bar.update(1)
+    return failures, stop
 
 
 def mode_pairs(results: pd.DataFrame) -> pd.DataFrame:

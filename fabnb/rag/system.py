@@ -12,10 +12,11 @@ import pandas as pd
 from ..core.tokens import count_tokens, truncate_tokens
 from ..models.llm import LLMError
 from .config import PROMPT_OVERHEAD, SYSTEM_PROMPT, RAGConfig, RAGError
+from .kinds import SystemKind, add_kind
 from .retrievers import Retriever, make_retriever, pick_context
 
 __all__ = ['Answer', 'RAGSystem', 'ReferenceRAG', 'answer_from_context', 'check_answer', 'check_budget',
-           'context_prompt', 'count_context']
+           'context_prompt', 'count_context', 'prepare_system']
 
 # ------------------------------------------------------------------ answers and the protocol
 
@@ -57,6 +58,18 @@ class RAGSystem(Protocol):
 
     def ask(self, question: str, config: RAGConfig, gold_context: str | None = None) -> Answer:
         """Answer through the system's own retrieval (mode A), or from ``gold_context`` (mode B)."""
+
+
+def prepare_system(system, configs: list) -> None:
+    """Let a system get ready for the windows it will answer in before any question is asked: a system with a
+    ``prepare(configs)`` method (an in-process framework builds and checks its pipelines there) has it called;
+    one without needs nothing. A refusal raises the system's own error.
+
+    >>> prepare_system(object(), [RAGConfig(4)])  # a system without prepare: nothing to do
+    """
+    prepare = getattr(system, "prepare", None)  # optional: the protocol's systems only need ask
+    if prepare is not None:
+        prepare(configs)
 
 
 def count_context(texts) -> int:
@@ -179,6 +192,10 @@ class ReferenceRAG:
         else:
             return answer_from_context(self.llm, question, gold_context, config)
         return _complete(self.llm, question, context, config, sources, context_tokens)
+
+
+add_kind(SystemKind("reference", "fabnb's reference RAG: a retriever (the table's retriever key) over the chunked "
+                    "corpus and the file's model", reference=True, module=__name__))
 
 
 def _complete(llm, question: str, context: str, config: RAGConfig, sources: list, context_tokens: int) -> Answer:

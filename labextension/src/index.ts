@@ -21,6 +21,42 @@ const ICON = new LabIcon({
   svgstr: '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24"><g class="jp-icon3" fill="#616161"><rect x="3" y="12" width="4" height="9"/><rect x="10" y="7" width="4" height="14"/><rect x="17" y="3" width="4" height="18"/></g></svg>'
 });
 
+/** One system kind as the server's registry describes it (GET /fabnb/api/kinds). */
+interface IKind {
+  name: string;
+  doc: string;
+  missing: string | null;
+  settings: { name: string; required: boolean; doc: string }[];
+}
+
+/** The New-experiment dialog's body: the system kind of the file's first system, with what each one is. */
+class KindPicker extends Widget implements Dialog.IBodyWidget<string> {
+  private select = el('select', '', 'fabnb-kind-select');
+
+  constructor(kinds: IKind[]) {
+    super();
+    this.addClass('fabnb-lab');
+    const about = el('p', '', 'fabnb-muted');
+    for (const k of kinds) {
+      const option = el('option', k.missing ? `${k.name} (not installed: ${k.missing})` : k.name);
+      option.value = k.name;
+      this.select.append(option);
+    }
+    const describe = () => {
+      const k = kinds.find(x => x.name === this.select.value);
+      const required = k ? k.settings.filter(s => s.required).map(s => s.name) : [];
+      about.textContent = k ? k.doc + (required.length ? `. Settings to fill in: ${required.join(', ')}.` : '.') : '';
+    };
+    this.select.onchange = describe;
+    describe();
+    this.node.append(el('label', 'The offline example, with a system of this kind to fill in:'), this.select, about);
+  }
+
+  getValue(): string {
+    return this.select.value;
+  }
+}
+
 const CMD = {
   newExperiment: 'fabnb:new-experiment',
   plan: 'fabnb:plan',
@@ -137,7 +173,17 @@ const plugin: JupyterFrontEndPlugin<void> = {
       icon: ICON,
       execute: async () => {
         try {
-          const made = await post('new', { folder: folderOf(browser) });
+          // The kinds come from the server's registry at each opening: a kind added in Python needs no rebuild here.
+          const kinds = await api<IKind[]>('kinds');
+          const answer = await showDialog({
+            title: 'New experiment',
+            body: new KindPicker(kinds),
+            buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Create' })]
+          });
+          if (!answer.button.accept) {
+            return;
+          }
+          const made = await post('new', { folder: folderOf(browser), kind: answer.value || '' });
           await commands.execute('docmanager:open', { path: made.file, factory: 'Editor' });
         } catch (error) {
           Notification.error(String((error as Error).message));
