@@ -28,7 +28,8 @@ os.environ.setdefault("FABNB_CACHE_DIR", str(ROOT / ".pytest_cache" / "fabnb-cac
 #: Docstring examples that start a model (the embedded llama.cpp server, or MiniLM): the ``model`` marker
 #: keeps them out of the fast lane; the whole suite (CI) runs them.
 MODEL_DOCTESTS = {"fabnb.models.local", "fabnb.rag.system.ReferenceRAG", "fabnb.judge.geval.score_one",
-                  "fabnb.rag.retrievers.minilm_embedder"}
+                  "fabnb.rag.retrievers.minilm_embedder", "fabnb.models.local.default_llm",
+                  "fabnb.models.local.stop_shared_servers", "fabnb.tester.study.generator_llms"}
 
 
 def pytest_collection_modifyitems(config, items):

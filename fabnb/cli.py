@@ -90,7 +90,7 @@ def run_exit(run) -> int:
 
 def _rate(args: argparse.Namespace) -> int:
     from .core.errors import FabnbError
-    from .qa.rating import RatingApp, serve_app
+    from .qa.rating_app import RatingApp, serve_app
 
     try:
         if args.serve:

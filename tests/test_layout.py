@@ -224,6 +224,44 @@ def _names_used() -> set[str]:
     return used
 
 
+#: Stage functions a notebook calls whose example would run the embedded model for minutes (a study, documents)
+#: or a schema its server cannot compile in one short call: the notebook named runs each end to end in the suite.
+EXAMPLE_IN_NOTEBOOK = {"fabnb.qa.generation.generate_qa": "03_generate_qa", "fabnb.judge.geval.judge_results":
+                       "07_judge_answers", "fabnb.qa.documents.write_documents": "08_test_rag",
+                       "fabnb.tester.study.run_study": "08_test_rag"}
+
+
+def _object_of(use: str):
+    """The object a docs or notebook name points to (None when it is not found)."""
+    kind, name = use.split(":", 1)
+    if kind != "dotted":
+        return getattr(importlib.import_module(kind), name, None)
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+            break
+        except ImportError:
+            continue
+    for attr in parts[i:]:
+        obj = getattr(obj, attr, None)
+    return obj
+
+
+def test_every_function_the_docs_and_notebooks_call_has_a_runnable_example():
+    import inspect
+
+    lacking = set()
+    for use in _names_used():
+        obj = _object_of(use)
+        if inspect.isfunction(obj) and ">>>" not in (obj.__doc__ or ""):
+            lacking.add(f"{obj.__module__}.{obj.__qualname__}")
+    notebooks = {p.stem for p in (ROOT / "notebooks").glob("*.ipynb")}
+    assert set(EXAMPLE_IN_NOTEBOOK.values()) <= notebooks
+    assert not lacking - set(EXAMPLE_IN_NOTEBOOK), f"functions the docs or notebooks call without an example: " \
+                                                    f"{sorted(lacking - set(EXAMPLE_IN_NOTEBOOK))}"
+
+
 def test_every_fabnb_name_the_docs_and_notebooks_use_imports():
     broken = []
     for use in sorted(_names_used()):

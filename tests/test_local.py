@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from fabnb.core.text import quoted_share
 from fabnb.models.llm import LLMError, ResponseCache
 from fabnb.models.local import PORTABLE_INSTALL, LocalServer, build_report
-from fabnb.qa.generation import GenerationConfig, generate_qa, quoted_share
+from fabnb.qa.generation import GenerationConfig, generate_qa
 
 from conftest import ROOT
 from gen_helpers import notebook_parameters

@@ -300,7 +300,7 @@ def test_paired_statistics_settle(pairs):
 @CHEAP
 @given(st.integers(1, 4), st.integers(1, 6), st.data())
 def test_agreement_statistics_settle(raters, items, data):
-    from fabnb.qa.rating import icc, krippendorff_alpha, weighted_kappa
+    from fabnb.core.stats import icc, krippendorff_alpha, weighted_kappa
 
     values = data.draw(st.lists(st.one_of(st.integers(1, 5), st.just(None)), min_size=raters * items,
                                 max_size=raters * items))

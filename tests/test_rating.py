@@ -9,18 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fabnb.qa.rating import (
-    DIMENSIONS,
-    RatingError,
-    RatingSession,
-    RatingStore,
-    agreement,
-    icc,
-    krippendorff_alpha,
-    quality_table,
-    rating_matrix,
-    weighted_kappa,
-)
+from fabnb.core.stats import icc, krippendorff_alpha, weighted_kappa
+from fabnb.qa.agreement import agreement, quality_table, rating_matrix
+from fabnb.qa.rating import DIMENSIONS, RatingError, RatingSession, RatingStore
 
 from conftest import ROOT, qa_folder
 
@@ -207,7 +198,8 @@ def test_a_session_takes_a_manifest_and_overlap_reads_ratings(tmp_path):
 
 
 def test_the_rating_app_asks_a_name_and_honours_manifests(tmp_path, fab_bench_dir):
-    from fabnb.qa.rating import RatingApp, assign, write_manifests
+    from fabnb.qa.rating import assign, write_manifests
+    from fabnb.qa.rating_app import RatingApp
 
     qa = qa_folder(fab_bench_dir, tmp_path / "qa", 6)
     (qa / "broken.json").write_text("{not json")
@@ -239,7 +231,7 @@ def test_the_rating_app_asks_a_name_and_honours_manifests(tmp_path, fab_bench_di
 
 
 def test_the_app_notebook_in_the_repository_is_the_one_the_cli_serves(tmp_path):
-    from fabnb.qa.rating import app_notebook
+    from fabnb.qa.rating_app import app_notebook
 
     assert (ROOT / "apps" / "rate.ipynb").read_text() == app_notebook(tmp_path / "rate.ipynb").read_text()
 
@@ -300,7 +292,7 @@ def test_rater_names_never_share_a_file_and_long_names_are_refused(tmp_path):
 
 def test_a_folder_written_by_the_previous_release_still_reads(tmp_path):
     """Files named as before (``ana.jsonl``, ``ana.json``), whole-item records: found, read, and continued."""
-    from fabnb.qa.rating import RatingApp
+    from fabnb.qa.rating_app import RatingApp
 
     (tmp_path / "ratings").mkdir()
     old = {"kind": "rating", "rater": "ana", "item_id": "q1", "comment": "ok",

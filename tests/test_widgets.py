@@ -235,7 +235,7 @@ def test_front_end_cleanup_removes_every_listener(name):
 def test_rating_app_view_asks_a_name_then_shows_only_the_panel(tmp_path, fab_bench_dir, monkeypatch):
     import ipywidgets
 
-    from fabnb.qa.rating import RatingApp
+    from fabnb.qa.rating_app import RatingApp
     from fabnb.views.widgets import RatingAppView, rating_app
 
     qa = qa_folder(fab_bench_dir, tmp_path / "qa", 3)

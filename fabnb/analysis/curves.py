@@ -380,6 +380,14 @@ def classify_scaling(
         One row per model: model, metric, label, start_fraction, final_drop_pct,
         last_doubling_gain_pct, log_r2, logistic_r2, s_curve_preferred (the S-curve's
         AIC is lower than the log curve's by more than 2), rule (the deciding clause).
+
+    Examples
+    --------
+    >>> from fabnb.data.published import scores
+    >>> labels = classify_scaling(scores())  # the sweeps of Tables 15-18
+    >>> labels.set_index("model")["label"].to_dict()  # doctest: +NORMALIZE_WHITESPACE
+    {'DeepSeek-v3.2-Exp': 'logarithmic growth', 'Gemini-2.5-Flash': 'cold-start',
+     'Qwen-2.5-72B-Instruct': 'early saturation', 'Qwen-Plus': 'early saturation'}
     """
     curves = metric_sweep(scores, metric)
     log = fit_log_curves(curves, metric).set_index("model")
@@ -690,6 +698,12 @@ def framework_table(scores: pd.DataFrame, by: str = "system", context_k: float |
     DataFrame
         Index: the six metrics, then ``average (reported)`` (if the frame has
         ``average`` rows) and ``average (recomputed)``; one column per system.
+
+    Examples
+    --------
+    >>> from fabnb.data.published import frameworks
+    >>> framework_table(frameworks()).loc["average (recomputed)"].round(3).to_dict()  # Table 5
+    {'RAGFlow': 0.545, 'MaxKB': 0.574, 'Metaso': 0.666}
     """
     rows = at_window(scores, context_k)
     if rows.empty:

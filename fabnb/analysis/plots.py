@@ -411,6 +411,18 @@ def plot_failures(table: pd.DataFrame, by: str = "configuration", ax=None, title
     Returns
     -------
     matplotlib.axes.Axes
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from fabnb.judge.oracle import failure_table
+    >>> verdicts = pd.DataFrame({"generator": ["coverage"] * 4 + ["random"] * 4, "status": "ok",
+    ...                          "failed": [1, 1, 0, 1, 0, 0, 1, 0],
+    ...                          "failure_type": ["answer failure", "retrieval miss", "", "answer failure",
+    ...                                           "", "", "retrieval miss", ""]})
+    >>> ax = plot_failures(failure_table(verdicts), by="generator")
+    >>> [t.get_text() for t in ax.get_yticklabels()] or [t.get_text() for t in ax.get_xticklabels()]
+    ['coverage (n=4)', 'random (n=4)']
     """
     t = table.dropna(subset=["failure_rate"]).reset_index(drop=True)
     ax = _axes(ax, size=(7, 0.5 * max(len(t), 3) + 1.5))

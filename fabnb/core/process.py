@@ -1,7 +1,7 @@
 """Servers that fabnb starts as child processes: start, wait until ready, stop, reap, and free ports.
 
 The embedded llama.cpp server (:class:`fabnb.models.local.LocalServer`) and the rating app's
-Voilà (:func:`fabnb.qa.rating.serve_app`) both run through these few functions, so a child
+Voilà (:func:`fabnb.qa.rating_app.serve_app`) both run through these few functions, so a child
 is always stopped the same way: SIGTERM, a grace period, SIGKILL, and reaped (no zombie).
 The commands that serve in the foreground stop their children on SIGTERM and SIGHUP as on
 Ctrl-C (:func:`stop_on_signals`).

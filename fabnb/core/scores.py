@@ -155,6 +155,15 @@ def read_scores(path: str | Path, **kwargs) -> pd.DataFrame:
     """Read a score CSV and check it with :func:`check_scores`.
 
     Errors name the file and the CSV line. Keyword arguments go to :func:`check_scores`.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "scores.csv"
+    >>> rows = ["model,context_k,metric,score", "m,4,depth,0.5", "m,8,depth,0.6"]
+    >>> _ = path.write_text(chr(10).join(rows) + chr(10))
+    >>> read_scores(path, require_all_metrics=False)["score"].tolist()  # one metric of the six, on purpose
+    [0.5, 0.6]
     """
     path = Path(path)
     try:

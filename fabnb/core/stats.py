@@ -1,7 +1,7 @@
 """Every statistic the kit computes that needs no LLM, in one place.
 
 - agreement between raters: :func:`krippendorff_alpha`, :func:`icc`, :func:`weighted_kappa`
-  (``fabnb.qa.rating.agreement`` tabulates them per dimension with bootstrap intervals);
+  (``fabnb.qa.agreement.agreement`` tabulates them per dimension with bootstrap intervals);
 - judge reliability: :func:`ppi_mean` (prediction-powered inference);
 - comparisons of matched binary outcomes: :func:`mcnemar_paired`, and bootstrap
   intervals over clusters (documents): :func:`bootstrap_group_diff`, :func:`bootstrap_rate_diff`;
@@ -172,6 +172,12 @@ def mcnemar_paired(a, b) -> dict:
     -------
     dict
         n, a_only (A failed, B did not), b_only, both, neither, statistic, p_value, rate_a, rate_b.
+
+    Examples
+    --------
+    >>> r = mcnemar_paired([1, 1, 1, 0, 1, 0], [0, 0, 1, 0, 0, 0])  # failed under A, under B, same six tests
+    >>> r["a_only"], r["b_only"], round(r["p_value"], 3)
+    (3, 0, 0.25)
     """
     from statsmodels.stats.contingency_tables import mcnemar
 

@@ -46,7 +46,13 @@ def tokenizer(name: str = "cl100k_base"):
 
 
 def count_tokens(text: str) -> int:
-    """Tokens of a text in cl100k_base (the kit's tokenizer, offline)."""
+    """Tokens of a text in cl100k_base (the kit's tokenizer, offline).
+
+    Examples
+    --------
+    >>> count_tokens("Extreme ultraviolet lithography")
+    5
+    """
     return len(tokenizer("cl100k_base").encode(text, disallowed_special=()))
 
 

@@ -510,6 +510,16 @@ def chunk_corpus(
         the chunk's start, else NaN), section (title of the section the chunk
         starts in, else empty), whole_document (the document is shorter than one
         window: a :class:`CorpusWarning` names it), text.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from fabnb.data.datasets import evidence_corpus, load_fab_bench
+    >>> with warnings.catch_warnings():  # short documents become one chunk each, with a warning saying so
+    ...     warnings.simplefilter("ignore")
+    ...     chunks = chunk_corpus(evidence_corpus(load_fab_bench()), size=128, overlap=32)
+    >>> len(chunks), int(chunks["n_tokens"].max())
+    (654, 128)
     """
     if not 0 <= overlap < size:
         raise ValueError(f"overlap must be in [0, size); got size={size}, overlap={overlap}.")

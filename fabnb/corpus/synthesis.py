@@ -140,6 +140,19 @@ def needle_in_haystack(chunks: pd.DataFrame, vectors: ChunkVectors, n: int = 10,
         Distractors per target, the chunks of lowest cosine to it (ties broken at random).
     seed : int
         Seeds target choice, tie-breaking and where the target sits among the distractors.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from fabnb.corpus.collection import chunk_corpus
+    >>> from fabnb.corpus.vectors import vectorize
+    >>> from fabnb.data.datasets import evidence_corpus, load_fab_bench
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")  # short documents: one chunk each
+    ...     chunks = chunk_corpus(evidence_corpus(load_fab_bench()), size=128, overlap=32)
+    >>> contexts = needle_in_haystack(chunks, vectorize(chunks), n=2)
+    >>> len(contexts.contexts), contexts.contexts["n_chunks"].tolist()
+    (2, [5, 5])
     """
     rng = np.random.default_rng(seed)
     b = _Builder(chunks, vectors, "needle_in_haystack")
@@ -180,6 +193,19 @@ def multi_topic(chunks: pd.DataFrame, vectors: ChunkVectors, n: int = 10, n_topi
     is taken if its cosine to every chunk already taken is below ``separation``,
     until ``n_topics`` chunks are taken. A document without ``n_topics`` such
     clusters is rejected with the reason.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from fabnb.corpus.collection import chunk_corpus
+    >>> from fabnb.corpus.vectors import vectorize
+    >>> from fabnb.data.datasets import evidence_corpus, load_fab_bench
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")  # short documents: one chunk each
+    ...     chunks = chunk_corpus(evidence_corpus(load_fab_bench()), size=128, overlap=32)
+    >>> contexts = multi_topic(chunks, vectorize(chunks), n=2)
+    >>> len(contexts.contexts), contexts.contexts["n_chunks"].tolist()
+    (2, [2, 2])
     """
     rng = np.random.default_rng(seed)
     b = _Builder(chunks, vectors, "multi_topic")
@@ -218,6 +244,19 @@ def multi_hop(chunks: pd.DataFrame, vectors: ChunkVectors, n: int = 10, n_distra
     Distractors are the chunks least similar to the seed, from documents other
     than the seed's and the link's. A seed whose best link is not above
     ``theta_link`` is rejected with the cosine found.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from fabnb.corpus.collection import chunk_corpus
+    >>> from fabnb.corpus.vectors import vectorize
+    >>> from fabnb.data.datasets import evidence_corpus, load_fab_bench
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")  # short documents: one chunk each
+    ...     chunks = chunk_corpus(evidence_corpus(load_fab_bench()), size=128, overlap=32)
+    >>> contexts = multi_hop(chunks, vectorize(chunks), n=2)
+    >>> len(contexts.contexts), contexts.contexts["n_chunks"].tolist()
+    (2, [4, 4])
     """
     rng = np.random.default_rng(seed)
     b = _Builder(chunks, vectors, "multi_hop")

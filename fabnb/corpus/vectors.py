@@ -255,6 +255,17 @@ def vectorize_corpus(corpus, size: int = 512, overlap: int = 128, *, tokenizer_n
     ------
     fabnb.corpus.collection.CorpusError
         No ``dask.distributed`` client is running.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from dask.distributed import Client
+    >>> from fabnb.data.datasets import evidence_corpus, load_fab_bench
+    >>> with Client(processes=False, n_workers=1, dashboard_address=None), warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")  # short documents: one chunk each, and a warning
+    ...     chunks, vectors = vectorize_corpus(evidence_corpus(load_fab_bench()), size=128, overlap=32)
+    >>> len(chunks), vectors.matrix.shape[0]
+    (654, 654)
     """
     from .collection import CorpusError, finish_chunks, tokenizer
 

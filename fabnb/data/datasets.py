@@ -172,6 +172,12 @@ def read_qa_files(paths, on_error: str = "warn") -> QASet:
     QASet
         pairs in test_id order, and problems (path, message: what is wrong, without the path).
         A test_id seen twice is a problem.
+
+    Examples
+    --------
+    >>> qa = read_qa_files(fab_bench_dir() / "QAs")
+    >>> len(qa), qa.problems.empty
+    (200, True)
     """
     if isinstance(paths, (str, Path)):
         if not Path(paths).exists():
@@ -221,6 +227,11 @@ def qa_frame(pairs) -> pd.DataFrame:
         ground_truth_answer, primary_metric, secondary_metrics (tuple), n_sources,
         doc_ids (tuple), precision_level, technical_density, temperature_used
         (the last three from generation_metadata, where present).
+
+    Examples
+    --------
+    >>> qa_frame(load_fab_bench()).loc[0, ["test_id", "test_type", "question_format"]].tolist()
+    ['GEN_001', 'generation_quality', 'OBJECTIVE']
     """
     rows = []
     for p in pairs:
@@ -246,6 +257,12 @@ def evidence_frame(pairs) -> pd.DataFrame:
     -------
     DataFrame
         test_id, source (index within the pair), doc_id, section_title, evidence, has_image.
+
+    Examples
+    --------
+    >>> ev = evidence_frame(load_fab_bench())
+    >>> list(ev.columns), len(ev) >= 200
+    (['test_id', 'source', 'doc_id', 'section_title', 'evidence', 'has_image'], True)
     """
     rows = [{"test_id": p.test_id, "source": i, "doc_id": s.doc_id, "section_title": s.section_title,
              "evidence": s.evidence, "has_image": s.has_image}
@@ -263,6 +280,12 @@ def evidence_corpus(pairs):
     Returns
     -------
     fabnb.corpus.collection.Corpus
+
+    Examples
+    --------
+    >>> corpus = evidence_corpus(load_fab_bench())
+    >>> len(corpus.documents), len(corpus.sections)
+    (127, 341)
     """
 
     ev = evidence_frame(pairs).drop_duplicates(["doc_id", "evidence"])
@@ -416,7 +439,13 @@ def download_fab_bench(target: Path | None = None, url: str | None = None, timeo
 
 
 def fab_bench_dir(path: str | Path | None = None, download: bool = True) -> Path:
-    """The folder holding the release's ``QAs/``: ``path``, ``$FABNB_FAB_BENCH_DIR``, or the cache."""
+    """The folder holding the release's ``QAs/``: ``path``, ``$FABNB_FAB_BENCH_DIR``, or the cache.
+
+    Examples
+    --------
+    >>> (fab_bench_dir() / "QAs").is_dir()  # the suite reads a local copy; else the cache, downloaded once
+    True
+    """
     for candidate, origin in ((path, "path="), (os.environ.get("FABNB_FAB_BENCH_DIR"), "FABNB_FAB_BENCH_DIR")):
         if candidate:
             root = Path(candidate)

@@ -115,6 +115,16 @@ def question_scores(exp: Experiment, questions: pd.DataFrame | None = None) -> p
     DataFrame
         system, model, context_k, mode, test_id, metric, score: the ok scores of the planned cells, replicates
         averaged (no ``average`` rows: :func:`fabnb.core.scores.with_average` adds them).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> exp = Experiment.from_dict({"name": "demo", "output": tempfile.mkdtemp() + "/new", "questions": {"sample": 3},
+    ...                             "contexts": {"windows": [1]}, "systems": [{"name": "local", "model": "embedded"}]})
+    >>> questions = exp.questions()
+    >>> scores = question_scores(exp, questions)  # the run's stores, read as they are (empty before a run)
+    >>> list(scores.columns), len(scores)
+    (['system', 'model', 'context_k', 'mode', 'test_id', 'metric', 'score'], 0)
     """
     questions = exp.questions() if questions is None else questions
     return _per_question(stored(exp, questions)[1])
@@ -172,6 +182,16 @@ def caveats(exp: Experiment, questions: pd.DataFrame, scores: pd.DataFrame, cov:
     -------
     list of str
         One sentence per caveat; empty when none applies.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> exp = Experiment.from_dict({"name": "demo", "output": tempfile.mkdtemp() + "/new", "questions": {"sample": 3},
+    ...                             "contexts": {"windows": [1]}, "systems": [{"name": "local", "model": "embedded"}]})
+    >>> questions = exp.questions()
+    >>> answers, scores = stored(exp, questions)  # the stores as they are: empty before a run
+    >>> [c.split("**")[1] for c in caveats(exp, questions, scores, coverage(exp, questions, scores))]
+    ['Few questions', 'One replicate', 'Self-preference', 'Too few windows to fit']
     """
     from ..analysis.curves import MIN_FIT_WINDOWS
 

@@ -402,7 +402,15 @@ class JudgeRun(StageRun):
 
 
 def score_store(path: str | Path) -> ResultsStore:
-    """A store of judge scores: one record per (system, model, context, mode, question, metric, replicate)."""
+    """A store of judge scores: one record per (system, model, context, mode, question, metric, replicate).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> store = score_store(tempfile.mkdtemp() + "/scores.jsonl")
+    >>> "replicate" in store.keys, store.frame().empty
+    (True, True)
+    """
     return ResultsStore(path, keys=SCORE_RECORD_KEYS, columns=SCORE_RECORD_COLUMNS)
 
 
@@ -564,6 +572,15 @@ def to_score_frame(scores: pd.DataFrame, by=("system", "model", "context_k", "mo
     -------
     DataFrame
         The ``by`` columns, score (mean, 0-1), n (scores averaged).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> scores = pd.DataFrame({"system": "s", "model": "m", "context_k": 4.0, "mode": "A", "metric": "depth",
+    ...                        "test_id": ["q1", "q2", "q3"], "status": ["ok", "ok", "failed"],
+    ...                        "score": [0.4, 0.8, None]})
+    >>> to_score_frame(scores)[["metric", "score", "n"]].to_dict("records")
+    [{'metric': 'depth', 'score': 0.6000000000000001, 'n': 2}]
     """
     ok = scores[scores["status"] == "ok"].copy()
     ok["score"] = ok["score"].astype(float)

@@ -165,6 +165,16 @@ def reference_scores(results: pd.DataFrame, questions: pd.DataFrame) -> pd.DataF
     DataFrame
         system, model, context_k, mode, test_id, subtype, correct, share, expected, found,
         note, injection_flag. Named ``reference_check`` in every output: it is not G-Eval.
+
+    Examples
+    --------
+    >>> results = pd.DataFrame({"system": "s", "model": "m", "context_k": 4.0, "mode": "A", "test_id": ["q1", "q2"],
+    ...                         "status": "ok", "answer": ["The answer is B.", "About 4.7 V."]})
+    >>> questions = pd.DataFrame({"test_id": ["q1", "q2"], "question_format": "OBJECTIVE",
+    ...                           "question": ["[Choice] Which? A) x B) y", "[Calculation] What voltage?"],
+    ...                           "ground_truth_answer": ["The correct answer is B.", "The correct answer is 4.41 V."]})
+    >>> reference_scores(results, questions)[["test_id", "subtype", "correct"]].values.tolist()
+    [['q1', 'Choice', True], ['q2', 'Calculation', False]]
     """
     qs = questions.set_index("test_id")
     rows = []

@@ -134,7 +134,14 @@ def rubric_variant(metric: str, question_format: str, has_context: bool) -> str:
 
 
 def rubric_frame() -> pd.DataFrame:
-    """Appendix E as a table: metric, variant, score_low, score_high, description."""
+    """Appendix E as a table: metric, variant, score_low, score_high, description.
+
+    Examples
+    --------
+    >>> r = rubric_frame()
+    >>> sorted(r["metric"].unique())[:3], len(r.columns)
+    (['completeness', 'context_utilization', 'depth'], 5)
+    """
     rows = [{"metric": m, "variant": v, "score_low": lo, "score_high": hi, "description": d}
             for m, variants in RUBRICS.items() for v, texts in variants.items() for (lo, hi), d in zip(BANDS, texts)]
     return pd.DataFrame(rows)

@@ -433,6 +433,14 @@ def stop_shared_servers() -> int:
 
     The next :func:`default_llm` call starts a fresh one. On a small machine, stop the answering
     server before the judging one starts.
+
+    Examples
+    --------
+    >>> _ = default_llm()  # starts the shared embedded server (or finds it running)
+    >>> stop_shared_servers()
+    1
+    >>> stop_shared_servers()  # nothing left running
+    0
     """
     with _shared_lock:
         running = [s for s in _shared.values() if s.running]
@@ -448,6 +456,14 @@ def default_llm(logprobs: bool = False, n_ctx: int | None = None, n_batch: int |
     ``logprobs=True`` asks for an embedded server that returns logprobs (slower; for judging).
     ``n_ctx`` and ``n_batch`` set the embedded server's context window (default 8192 tokens) and
     decoding batch (:class:`LocalServer`); they do not apply to a configured endpoint.
+
+    Examples
+    --------
+    >>> llm = default_llm()  # no FABNB_LLM_* here: the embedded model, its server started on loopback
+    >>> llm.model
+    'gemma-3-270m-q4_k_m'
+    >>> len(llm.complete([{"role": "user", "content": "Name one etching method."}], max_tokens=8).text) > 0
+    True
     """
     configured = LLM.from_env(**kwargs)
     if configured is not None:

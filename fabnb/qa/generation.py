@@ -36,17 +36,17 @@ import pandas as pd
 
 from ..core.records import stage_bar
 from ..core.schema import TEST_TYPES
-from ..core.text import QUOTE_SHARE, quoted_share, word_tokens  # noqa: F401  (re-exported: the old place)
+from ..core.text import QUOTE_SHARE, quoted_share, word_tokens
 from ..corpus.terms import KnowledgeBase
 from ..data.datasets import parse_qa, qa_frame
 from ..models.llm import LLM, LLMError, parse_json
 
 __all__ = ['ABLATION_GROUPS', 'ALPHA', 'ARCHETYPES', 'ATTEMPT_COLUMNS', 'BASE_THRESHOLD', 'CATEGORY_ADJUSTMENT',
            'FOLDERS', 'FormatPlan', 'GenerationConfig', 'GenerationRun', 'OBJECTIVE_SUBTYPES', 'QA_SCHEMA',
-           'QUOTE_SHARE', 'TEMPERATURE_RANGES', 'TEST_TYPE_MODULES', 'adaptive_temperature', 'attempt_boost',
-           'build_prompt', 'generate_qa', 'jaccard', 'nucleus_top_p', 'plan_format', 'progressive_temperature',
-           'qa_schema', 'quoted_share', 'run_ablation', 'similarity_boost', 'similarity_threshold', 'uniqueness',
-           'validate', 'weighted_similarity', 'word_tokens', 'write_pairs']
+           'TEMPERATURE_RANGES', 'TEST_TYPE_MODULES', 'adaptive_temperature', 'attempt_boost', 'build_prompt',
+           'generate_qa', 'jaccard', 'nucleus_top_p', 'plan_format', 'progressive_temperature', 'qa_schema',
+           'run_ablation', 'similarity_boost', 'similarity_threshold', 'uniqueness', 'validate', 'weighted_similarity',
+           'write_pairs']
 
 # ----------------------------------------------------------------- equations
 
@@ -670,7 +670,17 @@ FOLDERS = {"robustness": "1_retrieval_robustness", "multi_hop": "2_retrieval_mul
 
 def write_pairs(pairs: list[dict], folder: str | Path) -> list[Path]:
     """Write pairs as FAB-Bench JSON files (``QAs/<type folder>/<test_id>.json``), readable by
-    :func:`fabnb.data.datasets.read_qa_files`. Each file is written whole, then renamed into place."""
+    :func:`fabnb.data.datasets.read_qa_files`. Each file is written whole, then renamed into place.
+
+    Examples
+    --------
+    >>> import json, tempfile
+    >>> from fabnb.data.datasets import fab_bench_dir, read_qa_files
+    >>> record = json.loads((fab_bench_dir() / "QAs" / "1_retrieval_robustness" / "ROB_001.json").read_text())
+    >>> folder = tempfile.mkdtemp()
+    >>> [p.name for p in write_pairs([record], folder)], len(read_qa_files(folder))
+    (['ROB_001.json'], 1)
+    """
     root = Path(folder) / "QAs"
     paths = []
     for pair in pairs:

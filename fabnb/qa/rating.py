@@ -1,4 +1,4 @@
-"""Expert rating: an append-only store that loses nothing, rating sessions, agreement.
+"""Expert rating: an append-only store that loses nothing, rating sessions, assignments of items to raters.
 
 FAB-Bench's experts rated QA pairs on four dimensions (Appendix D; 1-5 scale). This
 module is the plain-Python core that the rating widget is a thin view over:
@@ -13,9 +13,9 @@ module is the plain-Python core that the rating widget is a thin view over:
   file as history.
 - :class:`RatingSession`: one rater, a list of items, seeded order, blind mode
   (generation metadata and condition labels hidden), resume where the rater stopped.
-- Agreement per dimension: Krippendorff's alpha (ordinal, missing ratings allowed),
-  ICC (Shrout & Fleiss), quadratic-weighted kappa for two raters, each with a
-  bootstrap confidence interval over items; summary tables shaped like Tables 8 and 9.
+- Assignments: items spread over raters with a planned overlap (:func:`assign`), one manifest per rater.
+
+Agreement is :mod:`fabnb.qa.agreement`; the code-free app and its server :mod:`fabnb.qa.rating_app`.
 """
 
 from __future__ import annotations
@@ -34,14 +34,12 @@ import pandas as pd
 from ..core.errors import FabnbError
 from ..core.files import MAX_FILE_BYTES, FileRefused, read_text
 from ..core.records import append_jsonl, read_jsonl, warn_cut
-from ..core.stats import icc, krippendorff_alpha, weighted_kappa  # noqa: F401 - re-exported: fabnb.qa.rating.icc, ...
 from .access import MAX_RATER_NAME, rater_name_problem  # the one rule for names, kept there
 
-__all__ = ['ANCHORS', 'ANCHORS_SOURCE', 'BLIND_FIELDS', 'DIMENSIONS', 'RATING_COLUMNS', 'RatingApp', 'RatingError',
-           'RatingSession', 'RatingStore', 'MAX_COMMENT', 'MAX_RATER_NAME', 'RATING_SCALE', 'SCHEMES',
-           'VERDICT_DIMENSIONS', 'agreement', 'app_notebook', 'assign', 'icc', 'krippendorff_alpha', 'overlap',
-           'quality_table', 'rating_items', 'rating_matrix', 'read_rater_manifest', 'rater_key', 'read_rating_file',
-           'serve_app', 'weighted_kappa', 'write_manifests']
+__all__ = ['ANCHORS', 'ANCHORS_SOURCE', 'BLIND_FIELDS', 'DIMENSIONS', 'MAX_COMMENT', 'MAX_RATER_NAME', 'RATING_COLUMNS',
+           'RATING_SCALE', 'RatingError', 'RatingSession', 'RatingStore', 'SCHEMES', 'VERDICT_DIMENSIONS', 'assign',
+           'manifest_path', 'overlap', 'rater_key', 'rating_items', 'read_rater_manifest', 'read_rating_file',
+           'write_manifests']
 
 #: Appendix D's four dimensions and their one-line definitions (1-5 scale).
 DIMENSIONS: dict[str, str] = {
@@ -115,7 +113,7 @@ def _legacy_path(folder: Path, rater: str, suffix: str) -> Path | None:
     return path if path.exists() else None
 
 
-def _manifest_path(folder: str | Path, rater: str) -> Path:
+def manifest_path(folder: str | Path, rater: str) -> Path:
     """Where :func:`write_manifests` puts a rater's manifest, and where the app looks for it (the name of earlier
     versions when only that one exists)."""
     path = Path(folder) / f"{rater_key(rater)}.json"
@@ -301,6 +299,13 @@ def rating_items(pairs) -> pd.DataFrame:
     DataFrame
         item_id (the test_id), test_type, question_format, question, ground_truth_answer,
         evidence (list of {doc_id, section_title, evidence}), generation_metadata, source_chapter.
+
+    Examples
+    --------
+    >>> from fabnb.data.datasets import load_fab_bench
+    >>> items = rating_items(load_fab_bench())
+    >>> len(items), items.loc[0, "item_id"]
+    (200, 'GEN_001')
     """
     rows = [{"item_id": p.test_id, "test_type": p.test_type, "question_format": p.question_format,
              "question": p.question, "ground_truth_answer": p.ground_truth_answer,
@@ -413,65 +418,6 @@ class RatingSession:
         return sum(1 for i in self.order if set(done.get(i, {})) == set(self.dimensions)), len(self.order)
 
 
-# ------------------------------------------------------------------- agreement
-
-
-def rating_matrix(ratings: pd.DataFrame, dimension: str) -> pd.DataFrame:
-    """Raters x items matrix of one dimension (NaN where a rater did not rate an item)."""
-    r = ratings[ratings["dimension"] == dimension]
-    return r.pivot_table(index="rater", columns="item_id", values="score", aggfunc="last")
-
-
-def agreement(ratings: pd.DataFrame, n_boot: int = 1000, seed: int = 0, ci: float = 0.95) -> pd.DataFrame:
-    """Agreement per dimension with bootstrap confidence intervals (items resampled).
-
-    Returns
-    -------
-    DataFrame
-        dimension, statistic (``alpha_ordinal``, ``ICC2``, and ``kappa_quadratic`` for
-        exactly two raters), value, ci_low, ci_high, n_items, n_raters.
-    """
-    rng = np.random.default_rng(seed)
-    rows = []
-    for dim in DIMENSIONS:
-        m = rating_matrix(ratings, dim)
-        if m.empty:
-            continue
-        stats = {"alpha_ordinal": lambda x: krippendorff_alpha(x), "ICC2": lambda x: icc(x, "ICC2")}
-        if m.shape[0] == 2:
-            stats["kappa_quadratic"] = lambda x: weighted_kappa(x[0], x[1])
-        data = m.to_numpy(dtype=float)
-        for name, fn in stats.items():
-            value = fn(data)
-            boots = []
-            for _ in range(n_boot):
-                cols = rng.integers(0, data.shape[1], data.shape[1])
-                boots.append(fn(data[:, cols]))
-            boots = np.array([b for b in boots if not np.isnan(b)])
-            lo, hi = (np.quantile(boots, [(1 - ci) / 2, 1 - (1 - ci) / 2]) if len(boots) else (np.nan, np.nan))
-            rows.append({"dimension": dim, "statistic": name, "value": value, "ci_low": float(lo),
-                         "ci_high": float(hi), "n_items": data.shape[1], "n_raters": data.shape[0]})
-    return pd.DataFrame(rows)
-
-
-def quality_table(ratings: pd.DataFrame, items: pd.DataFrame, by: str) -> pd.DataFrame:
-    """Mean score per dimension by a column of the items: Table 8 (``by="group"``) or 9 (``"test_type"``).
-
-    Returns
-    -------
-    DataFrame
-        One row per ``by`` value: the four dimensions' means, n_items, n_ratings.
-    """
-    if by not in items.columns:
-        raise RatingError(f"items have no column {by!r}; columns: {list(items.columns)}")
-    merged = ratings.merge(items[["item_id", by]], on="item_id", how="inner")
-    table = merged.pivot_table(index=by, columns="dimension", values="score", aggfunc="mean")
-    table = table.reindex(columns=[d for d in DIMENSIONS if d in table.columns])
-    table["n_items"] = merged.groupby(by)["item_id"].nunique()
-    table["n_ratings"] = merged[merged["dimension"] == "accuracy"].groupby(by).size()
-    return table.reset_index()
-
-
 # ------------------------------------------------------------------- assignments
 
 
@@ -554,12 +500,22 @@ def assign(items, raters, per_item: int = 2, seed: int = 0) -> pd.DataFrame:
 
 
 def write_manifests(assignments: pd.DataFrame, folder: str | Path) -> list[Path]:
-    """One manifest per rater (``<folder>/<rater>.json``: rater and item ids), for :class:`RatingSession`."""
+    """One manifest per rater (``<folder>/<rater>.json``: rater and item ids), for :class:`RatingSession`.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from fabnb.data.datasets import load_fab_bench
+    >>> plan = assign(rating_items(load_fab_bench()).head(6), ["ana", "ben", "cy"], per_item=2, seed=0)
+    >>> paths = write_manifests(plan, tempfile.mkdtemp())
+    >>> [read_rater_manifest(p)["rater"] for p in paths], len(read_rater_manifest(paths[0])["items"])
+    (['ana', 'ben', 'cy'], 4)
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for rater, group in assignments.groupby("rater", sort=True):
-        path = _manifest_path(folder, rater)
+        path = manifest_path(folder, rater)
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps({"rater": rater, "items": group["item_id"].tolist()}, indent=1), encoding="utf-8")
         tmp.replace(path)
@@ -588,187 +544,17 @@ def overlap(ratings: pd.DataFrame) -> pd.DataFrame:
     -------
     DataFrame
         rater_a, rater_b, shared_items (0 where a pair shares none), one row per pair.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> plan = pd.DataFrame({"item_id": ["q1", "q1", "q2", "q2", "q3", "q3"],
+    ...                      "rater": ["ana", "ben", "ana", "cy", "ben", "cy"]})
+    >>> overlap(plan).values.tolist()
+    [['ana', 'ben', 1], ['ana', 'cy', 1], ['ben', 'cy', 1]]
     """
     if not {"rater", "item_id"} <= set(ratings.columns):
         raise RatingError("overlap needs 'rater' and 'item_id' columns (a ratings frame or assign()'s frame).")
     sets = {r: set(g["item_id"]) for r, g in ratings.groupby("rater", sort=True)}
     rows = [{"rater_a": a, "rater_b": b, "shared_items": len(sets[a] & sets[b])} for a, b in combinations(sets, 2)]
     return pd.DataFrame(rows, columns=["rater_a", "rater_b", "shared_items"])
-
-
-# ------------------------------------------------------------------- the rating app
-
-
-@dataclass
-class RatingApp:
-    """What the code-free rating app does before the panel: the rater says who they are.
-
-    The model behind ``fabnb rate --serve`` and :func:`fabnb.views.widgets.rating_app` (the view
-    shows a name prompt, then :class:`fabnb.views.widgets.RatingPanel` over :meth:`start`'s session).
-
-    Parameters
-    ----------
-    items : DataFrame
-        :func:`rating_items`.
-    store : RatingStore
-    manifests : path, optional
-        A folder of :func:`write_manifests` files: a rater then sees only their own items,
-        and a name without a manifest is refused (naming the raters that have one).
-    problems : DataFrame, optional
-        QA files that did not load (path, message), shown on the first screen.
-    seed, blind
-        As in :class:`RatingSession`.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> items = pd.DataFrame({"item_id": ["q1", "q2"], "question": ["Why?", "How?"]})
-    >>> app = RatingApp(items, RatingStore(tempfile.mkdtemp()))
-    >>> app.start("  ana ").progress()
-    (0, 2)
-    >>> app.start("")
-    Traceback (most recent call last):
-    ...
-    fabnb.qa.rating.RatingError: enter your name (letters, digits, '-' or '_') to start rating.
-    """
-
-    items: pd.DataFrame
-    store: RatingStore
-    manifests: str | Path | None = None
-    problems: pd.DataFrame | None = None
-    seed: int = 0
-    blind: bool = True
-
-    @classmethod
-    def from_folders(cls, qa: str | Path | None = None, ratings: str | Path = "ratings",
-                     manifests: str | Path | None = None, **kwargs) -> "RatingApp":
-        """The app over a folder of FAB-Bench-format QA files (None: the released 200 pairs)."""
-        from ..data.datasets import load_fab_bench, read_qa_files
-
-        if manifests is not None and not Path(manifests).is_dir():
-            raise RatingError(f"{manifests}: no such folder of manifests; write them with write_manifests().")
-        qa_set = read_qa_files(qa) if qa else load_fab_bench()
-        if not qa_set.pairs:
-            raise RatingError(f"{qa}: no QA pair could be read ({len(qa_set.problems)} file(s) with problems); "
-                              "point --qa at a folder of FAB-Bench-format QA files.")
-        return cls(rating_items(qa_set.pairs), RatingStore(ratings), manifests, qa_set.problems, **kwargs)
-
-    def raters_with_manifest(self) -> list[str]:
-        """The raters a manifest folder has an assignment for (empty without one)."""
-        if self.manifests is None:
-            return []
-        return sorted(read_rater_manifest(p)["rater"] for p in Path(self.manifests).glob("*.json"))
-
-    def progress(self) -> pd.DataFrame:
-        """Every rater with a file or a manifest: rater, rated (items with every dimension), items.
-
-        ``items`` is the rater's assignment when they have a manifest, else all the items.
-        """
-        assigned = set(self.raters_with_manifest())
-        rows = []
-        for rater in sorted(set(self.store.raters()) | assigned):
-            manifest = _manifest_path(self.manifests, rater) if rater in assigned else None
-            done, total = RatingSession(self.items, rater, self.store, seed=self.seed, manifest=manifest).progress()
-            rows.append({"rater": rater, "rated": done, "items": total})
-        return pd.DataFrame(rows, columns=["rater", "rated", "items"])
-
-    def start(self, rater: str) -> RatingSession:
-        """The session of this rater (their manifest's items when there are manifests).
-
-        Raises :class:`RatingError` for an empty or unusable name, or a rater without a manifest.
-        """
-        rater = (rater or "").strip()
-        rater_key(rater)  # an empty or too long name says so here, before anything is written
-        manifest = None
-        if self.manifests is not None:
-            path = _manifest_path(self.manifests, rater)
-            if not path.exists():
-                known = self.raters_with_manifest()
-                raise RatingError(f"no assignment for {rater!r} in {self.manifests}; raters with one: "
-                                  f"{', '.join(known) or 'none'}. Check the spelling, or ask the study lead.")
-            manifest = path
-        return RatingSession(self.items, rater, self.store, seed=self.seed, blind=self.blind, manifest=manifest)
-
-
-#: The whole of the rating app's notebook: one cell, which Voilà runs and shows without its code.
-APP_CELL = "from fabnb.views.widgets import rating_app\n\nrating_app()"
-
-
-def app_notebook(path: str | Path) -> Path:
-    """Write the rating app's notebook (:data:`APP_CELL`, no outputs) to ``path``; the repository's
-    ``apps/rate.ipynb`` (the Binder link's page) is this file."""
-    from ..core.pages import one_cell_notebook
-
-    return one_cell_notebook(path, APP_CELL)
-
-
-def serve_app(qa: str | Path | None = None, ratings: str | Path = "ratings", manifests: str | Path | None = None,
-              port: int | None = None, echo=print, timeout: float = 60.0, host: str = "127.0.0.1",
-              raters=None, url: str | None = None) -> int:
-    """Serve the rating app with Voilà until interrupted (``fabnb rate --serve``).
-
-    The folders are checked here first, so a wrong one is said in the terminal, not on the
-    page. On 127.0.0.1 the page shows a name prompt, then that rater's panel and progress;
-    no code. On any other address (``host``) the app is served only with access control
-    (:mod:`fabnb.qa.access`): each rater gets a personal link with a secret token, written to
-    ``<ratings>/access/links.tsv`` (readable by its owner only) for the study lead to send
-    out; a request without a valid token is refused, and a link opens its rater's panel only.
-
-    Parameters
-    ----------
-    qa : path, optional
-        A folder of FAB-Bench-format QA files (None: the released 200 pairs).
-    ratings : path
-        Where each rater's file is written (created).
-    manifests : path, optional
-        :func:`write_manifests`' folder: each rater sees only their items.
-    port : int, optional
-        Default: a free one.
-    echo : callable
-        Gets the line with the URL once the server answers.
-    host : str
-        The address to serve on (default: loopback only).
-    raters : list of str, optional
-        Who gets a link when ``host`` is not 127.0.0.1 (default: the raters of ``manifests``). Given on
-        127.0.0.1 (a reverse proxy in front), they turn the token check on there too.
-    url : str, optional
-        Where raters reach the app, when it is not ``http://host:port/`` (behind a reverse proxy with TLS).
-
-    Returns
-    -------
-    int
-        Voilà's exit status (0 after Ctrl-C).
-    """
-    import os
-
-    from ..core.pages import PageError, serve_page
-    from ..core.process import free_port
-    from .access import ACCESS_ENV, issue_links, read_links
-
-    app = RatingApp.from_folders(qa, ratings, manifests)  # a bad folder fails here, with its name
-    port = port or free_port(host)
-    env = {k: v for k, v in os.environ.items() if k not in ("FABNB_QA_DIR", "FABNB_MANIFESTS_DIR", ACCESS_ENV)}
-    env["FABNB_RATINGS_DIR"] = str(Path(ratings).resolve())
-    if qa:
-        env["FABNB_QA_DIR"] = str(Path(qa).resolve())
-    if manifests:
-        env["FABNB_MANIFESTS_DIR"] = str(Path(manifests).resolve())
-    guarded = host != "127.0.0.1" or bool(raters)  # beyond loopback, or behind a proxy: tokens
-    if guarded:
-        links = issue_links(raters or app.raters_with_manifest(), url or f"http://{host}:{port}/",
-                            Path(ratings) / "access")
-        env[ACCESS_ENV] = str((links.parent / "access.json").resolve())
-        who = ", ".join(r for r, _ in read_links(links))
-        ready = (f"Rating app on {url or f'http://{host}:{port}/'} for {who}: each rater's personal link is in "
-                 f"{links} (send each their own line; requests without a valid token are refused). Ratings go to "
-                 f"{env['FABNB_RATINGS_DIR']}; Ctrl-C stops it.")
-    else:
-        ready = (f"Rating app: http://127.0.0.1:{port}/  ({len(app.items)} items; ratings go to "
-                 f"{env['FABNB_RATINGS_DIR']}; Ctrl-C stops it)")
-    args = ["--Voila.identity_provider_class=fabnb.qa.access.RaterIdentityProvider"] if guarded else []
-    try:
-        return serve_page(APP_CELL, env, port=port, host=host, voila_args=args, ready=ready, echo=echo,
-                          timeout=timeout, name="rate")
-    except PageError as exc:
-        raise RatingError(str(exc)) from None
-

@@ -28,6 +28,13 @@ def questions_frame(pairs) -> pd.DataFrame:
     DataFrame
         test_id, test_type, question_format, question, ground_truth_answer,
         gold_context (the evidence passages joined), gold_doc_ids (tuple).
+
+    Examples
+    --------
+    >>> from fabnb.data.datasets import load_fab_bench
+    >>> q = questions_frame(load_fab_bench())
+    >>> len(q), q.loc[0, "gold_context"] != ""
+    (200, True)
     """
     rows = [{"test_id": p.test_id, "test_type": p.test_type, "question_format": p.question_format,
              "question": p.question, "ground_truth_answer": p.ground_truth_answer,
@@ -199,6 +206,14 @@ def mode_pairs(results: pd.DataFrame) -> pd.DataFrame:
     DataFrame
         system, model, context_k, test_id, answer_A, answer_B, status_A, status_B, gold_retrieved_A.
         Score both with the judging stage, then ``score_B - score_A`` is Appendix F.3's delta.
+
+    Examples
+    --------
+    >>> results = pd.DataFrame({"system": "s", "model": "m", "context_k": 4.0, "mode": ["A", "B"],
+    ...                         "test_id": "q1", "status": "ok", "answer": ["own retrieval", "gold context"],
+    ...                         "gold_retrieved": [False, None]})
+    >>> mode_pairs(results)[["test_id", "answer_A", "answer_B", "gold_retrieved_A"]].values.tolist()
+    [['q1', 'own retrieval', 'gold context', False]]
     """
     keys = ["system", "model", "context_k", "test_id"]
     a = results[results["mode"] == "A"].set_index(keys)[["answer", "status", "gold_retrieved"]]
@@ -214,6 +229,18 @@ def retrieval_table(system: ReferenceRAG, question: str, configs) -> pd.DataFram
     -------
     DataFrame
         context_k, rank, chunk_id, doc_id, score, n_tokens, used_tokens (running total).
+
+    Examples
+    --------
+    >>> import types
+    >>> chunks = pd.DataFrame({"chunk_id": ["c1", "c2", "c3"], "doc_id": ["d1", "d2", "d3"],
+    ...                        "text": ["EUV resists trade sensitivity against line-edge roughness.",
+    ...                                 "Wafers are sliced from a silicon ingot.",
+    ...                                 "Resist sensitivity sets the EUV dose."]})
+    >>> system = ReferenceRAG(chunks, types.SimpleNamespace(model="m"))  # retrieval asks no model
+    >>> table = retrieval_table(system, "What limits EUV resist sensitivity?", [0.25])
+    >>> table[["rank", "chunk_id", "used_tokens"]].values.tolist()
+    [[0, 'c3', 9], [1, 'c1', 21]]
     """
     frames = []
     for c in configs:

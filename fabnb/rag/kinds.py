@@ -308,6 +308,12 @@ def system_kinds() -> dict[str, SystemKind]:
     (imported once), and any registered since, by name in registration order.
 
     A plugin that fails to import is named in a :class:`ImportError` with the entry point.
+
+    Examples
+    --------
+    >>> kinds = system_kinds()
+    >>> [k for k in kinds if kinds[k].framework]
+    ['llamaindex', 'langchain', 'haystack']
     """
     with _LOADING:
         if not _LOADED:

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import FabnbError
+from ..core.stats import krippendorff_alpha
 from ..corpus.collection import corpus_from_frame
 from ..corpus.passages import CoverageTracker
 from ..corpus.vectors import vectorize
@@ -52,7 +53,6 @@ from ..judge import (
     verdict_store,
 )
 from ..models.llm import LLM
-from ..qa.rating import krippendorff_alpha
 from ..qa.testcases import (
     TEST_COLUMNS,
     TEST_REJECT_COLUMNS,
@@ -104,6 +104,16 @@ def combine_corpora(parts: dict, n: int | None = None, seed: int = 0):
     -------
     (Corpus, dict)
         The combined corpus and ``doc_id -> origin``.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from fabnb.corpus.collection import corpus_from_frame
+    >>> generated = corpus_from_frame(pd.DataFrame({"doc_id": ["g1", "g2"], "text": ["one", "two"]}))
+    >>> real = corpus_from_frame(pd.DataFrame({"doc_id": ["r1"], "text": ["three"]}))
+    >>> corpus, origins = combine_corpora({"generated": generated, "real": real}, n=1)
+    >>> corpus.documents["doc_id"].tolist(), origins
+    (['g2', 'r1'], {'g2': 'generated', 'r1': 'real'})
     """
 
     frames, origins = [], {}
@@ -181,6 +191,14 @@ def generator_llms(embedded: bool = True) -> dict:
     """The answering models of the grid: the embedded model and, if configured, the endpoint.
 
     The endpoint is read from ``FABNB_LLM_*`` / ``OPENAI_*`` (:meth:`fabnb.models.llm.LLM.from_env`).
+
+    Examples
+    --------
+    >>> import os
+    >>> os.environ.get("FABNB_LLM_BASE_URL") is None  # no endpoint configured here
+    True
+    >>> list(generator_llms())  # the embedded model alone
+    ['gemma-3-270m-q4_k_m']
     """
 
     llms = {}
@@ -392,6 +410,19 @@ def verdict_items(verdicts: pd.DataFrame, tests: pd.DataFrame, results: pd.DataF
     DataFrame
         item_id, question, expected_answer, evidence, retrieved, answer, plus the strata
         columns (hidden from raters in blind mode as ``group`` / ``condition``).
+
+    Examples
+    --------
+    >>> verdicts = pd.DataFrame({"system": "s", "context_k": 1.0, "mode": "A", "test_id": ["t1", "t2", "t3", "t4"],
+    ...                          "generator": ["coverage", "coverage", "random", "random"], "status": "ok",
+    ...                          "failed": [True, False, True, False]})
+    >>> tests = pd.DataFrame({"test_id": ["t1", "t2", "t3", "t4"], "question": ["q1?", "q2?", "q3?", "q4?"],
+    ...                       "expected_answer": ["a1", "a2", "a3", "a4"]})
+    >>> results = verdicts[["system", "context_k", "mode", "test_id"]].assign(
+    ...     answer=["x1", "x2", "x3", "x4"], sources=[[{"text": "passage one"}], [], [], []])
+    >>> items = verdict_items(verdicts, tests, results, n=4)  # every stratum gets one at least
+    >>> sorted(items["item_id"]), items.loc[items["item_id"] == "s|1K|A|t1", "retrieved"].item()
+    (['s|1K|A|t1', 's|1K|A|t2', 's|1K|A|t3', 's|1K|A|t4'], 'passage one')
     """
     ok = _judged(verdicts)
     if ok.empty:
@@ -438,6 +469,21 @@ def label_precision(verdicts: pd.DataFrame, store) -> dict:
         interval, recall, oracle-human agreement, n, n_flagged), plus raters,
         items_labelled, items_multi (labelled by 2+ raters), ties, rater_alpha,
         rater_percent_agreement.
+
+    Examples
+    --------
+    >>> verdicts = pd.DataFrame({"system": "s", "context_k": 1.0, "mode": "A", "test_id": ["t1", "t2", "t3", "t4"],
+    ...                          "generator": ["coverage", "coverage", "random", "random"], "status": "ok",
+    ...                          "failed": [True, False, True, False]})
+    >>> import tempfile
+    >>> from fabnb.qa.rating import RatingStore
+    >>> store = RatingStore(tempfile.mkdtemp())
+    >>> for rater, labels in {"ana": [1, 0, 1, 1], "ben": [1, 0, 1, 0]}.items():  # t4: a tie, left out
+    ...     for item, label in zip(item_ids(verdicts), labels):
+    ...         _ = store.add(rater, item, {"failed": label}, kind="verdict")
+    >>> r = label_precision(verdicts, store)
+    >>> r["precision"], r["n"], r["ties"], r["rater_percent_agreement"]
+    (1.0, 3, 1, 0.75)
     """
 
     labels = store.ratings(kind="verdict")

@@ -229,6 +229,12 @@ def check(model: bool = True, endpoint: bool = True) -> pd.DataFrame:
         area, check, status (one of :data:`CHECK_STATUSES`), detail, fix. ``attrs["default_llm"]``
         names the default LLM and ``attrs["default_llm_ok"]`` says whether it answered
         (None where it was not tried).
+
+    Examples
+    --------
+    >>> table = check(model=False, endpoint=False)  # no model started, no endpoint asked
+    >>> list(table.columns), "system kinds" in set(table["area"])
+    (['area', 'check', 'status', 'detail', 'fix'], True)
     """
 
     rows: list = []

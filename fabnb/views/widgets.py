@@ -1,7 +1,7 @@
 """Jupyter widgets: thin anywidget views over the plain-Python sessions.
 
 - :class:`RatingPanel` over :class:`fabnb.qa.rating.RatingSession`
-- :class:`RatingAppView` over :class:`fabnb.qa.rating.RatingApp` (the code-free app: a name, then the panel)
+- :class:`RatingAppView` over :class:`fabnb.qa.rating_app.RatingApp` (the code-free app: a name, then the panel)
 - :class:`QACurator` over :class:`fabnb.qa.curation.CurationSession`
 - :class:`CorpusInspector` over :class:`fabnb.corpus.collection.CorpusSession`
 - :class:`ResultsExplorer` over :class:`fabnb.views.explorer.Explorer`
@@ -29,7 +29,8 @@ import pandas as pd
 import traitlets
 
 from ..core.errors import FabnbError
-from ..qa.rating import ANCHORS, ANCHORS_SOURCE, MAX_COMMENT, RatingApp, RatingError
+from ..qa.rating import ANCHORS, ANCHORS_SOURCE, MAX_COMMENT, RatingError
+from ..qa.rating_app import RatingApp
 
 __all__ = ['CorpusInspector', 'QACurator', 'RatingAppView', 'RatingPanel', 'ResultsExplorer', 'download_link',
            'explorer_app', 'rating_app']
@@ -205,7 +206,7 @@ class RatingPanel(_View):
 class RatingAppView:
     """The rating app's page: a name prompt, then the rating panel of that rater. No code, nothing else.
 
-    A thin view over :class:`fabnb.qa.rating.RatingApp` (which refuses an empty name, or a
+    A thin view over :class:`fabnb.qa.rating_app.RatingApp` (which refuses an empty name, or a
     rater without a manifest when there are manifests); ``fabnb rate --serve`` shows it
     with Voilà. :meth:`enter` is what typing a name and pressing Enter does.
 
@@ -275,6 +276,16 @@ def rating_app(qa: str | Path | None = None, ratings: str | Path | None = None,
     Returns
     -------
     RatingAppView, or an ipywidgets.Label with the problem
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from fabnb.data.datasets import fab_bench_dir
+    >>> app = rating_app(qa=fab_bench_dir() / "QAs", ratings=tempfile.mkdtemp())
+    >>> type(app).__name__
+    'RatingAppView'
+    >>> type(rating_app(qa="/no/such/folder")).__name__  # a page that says what is wrong, not a traceback
+    'Label'
     """
     import ipywidgets
 
@@ -574,6 +585,16 @@ def download_link(path: str | Path):
     -------
     IPython.display.FileLink
         Shown as a link in the notebook; its ``path`` (relative) is what downloads.
+
+    Examples
+    --------
+    >>> import os, pathlib, tempfile
+    >>> here = os.getcwd()
+    >>> os.chdir(tempfile.mkdtemp())  # the notebook's folder
+    >>> _ = pathlib.Path("summary.md").write_text("# results")
+    >>> download_link("summary.md").path
+    'summary.md'
+    >>> os.chdir(here)
     """
     from IPython.display import FileLink  # lazy: only a notebook needs it
 
