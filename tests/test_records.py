@@ -130,7 +130,7 @@ def test_a_stage_gives_back_the_bar_lock_a_stop_left_held_so_a_worker_threads_ba
 
     from tqdm.std import tqdm
 
-    from fabnb.core.records import release_bar_lock, stage_bar
+    from fabnb.core.bars import release_bar_lock, stage_bar
 
     lock = tqdm.get_lock()
     lock.acquire()  # as the stop left it: taken twice over (tqdm's locks are re-entrant), never given back

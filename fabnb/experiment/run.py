@@ -16,8 +16,9 @@ from typing import Callable
 import pandas as pd
 
 from .. import __version__
+from ..core.bars import release_bar_lock
 from ..core.errors import FabnbError
-from ..core.records import cut_records, hold, release_bar_lock
+from ..core.records import cut_records, hold
 from ..judge.rubrics import RUBRIC_VERSION
 from ..rag.system import prepare_system
 from .config import Experiment, ExperimentError

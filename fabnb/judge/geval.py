@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..core.records import ResultsStore, StageRun, hold, stage_bar
+from ..core.bars import stage_bar
+from ..core.records import ResultsStore, StageRun, hold
 from ..core.schema import METRICS, SCORE_RECORD_COLUMNS, SCORE_RECORD_KEYS
 from ..core.tokens import count_tokens, truncate_tokens
 from ..models.llm import LLMError

@@ -727,7 +727,7 @@ class LLM:
                     bar.close()
 
         if progress:  # the loop's thread draws the bar, which a tqdm lock a stop left held would hang
-            from ..core.records import release_bar_lock
+            from ..core.bars import release_bar_lock
             release_bar_lock()
         results = self.run(run)
         if error_policy == "raise":

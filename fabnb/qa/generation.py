@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..core.records import stage_bar
+from ..core.bars import stage_bar
 from ..core.schema import TEST_TYPES
 from ..core.text import QUOTE_SHARE, quoted_share, word_tokens
 from ..corpus.terms import KnowledgeBase

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core.records import ResultsStore, StageRun, hold, stage_bar
+from ..core.bars import stage_bar
+from ..core.records import ResultsStore, StageRun, hold
 from ..core.schema import RESULT_KEYS
 from ..core.text import word_measures
 from .config import RAGConfig, RAGError
