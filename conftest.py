@@ -42,6 +42,34 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.model)
 
 
+#: The markers the suite's lanes are cut by; benchmarks/bench_ci.py sums the durations by them.
+LANE_MARKERS = ("model", "notebook", "browser", "binder")
+
+
+_CONFIG: list = []  # the session's config (a report hook is not given it)
+
+
+def pytest_configure(config):
+    # Taken out of the environment by the process that writes the file: a pytest a test starts (test_properties
+    # runs one) or a worker must not add its own lines to it.
+    config._fabnb_durations = None if hasattr(config, "workerinput") else os.environ.pop("FABNB_DURATIONS", None)
+    _CONFIG[:] = [config]
+
+
+def pytest_runtest_logreport(report):
+    """With ``FABNB_DURATIONS`` set (``.ci/run`` sets it), one JSON line per test phase: its node id, phase, seconds
+    and lane markers, written by the controlling process only (under ``-n`` it gets every worker's reports)."""
+    path = getattr(_CONFIG[0], "_fabnb_durations", None) if _CONFIG else None
+    if not path:
+        return
+    import json
+
+    markers = [m for m in LANE_MARKERS if m in report.keywords]
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"test": report.nodeid, "when": report.when, "seconds": round(report.duration, 3),
+                             "outcome": report.outcome, "markers": markers}) + "\n")
+
+
 def _shared_folders(notebook: Path) -> list[Path]:
     """The ``outputs/NN_name`` folders a notebook names (its own, and another's it reads or resumes)."""
     import re

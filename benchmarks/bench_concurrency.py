@@ -40,7 +40,7 @@ from fabnb.core.schema import METRICS  # noqa: E402
 from fabnb.judge import judge_results, logprobs_supported, score_store  # noqa: E402
 from fabnb.models.llm import LLM  # noqa: E402
 
-from common import JUDGE_SERVER, server_process  # noqa: E402  (benchmarks/common.py)
+from common import JUDGE_SERVER, add_smoke, apply_smoke, server_process  # noqa: E402  (benchmarks/common.py)
 
 
 async def _plain(base_url: str, n: int, c: int, aiohttp: bool) -> None:
@@ -90,7 +90,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=12, help="calls per slot: N = concurrency x rounds")
     parser.add_argument("--levels", default="32,128,256,512")
     parser.add_argument("--workers", type=int, default=2, help="also the judge over this many processes (1: not)")
+    add_smoke(parser)
     args = parser.parse_args()
+    apply_smoke(args, delay=0.01, rounds=1, levels="6", workers=1)
     levels = [int(c) for c in args.levels.split(",")]
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"judge server delay {args.delay} s in its own process; N = concurrency x {args.rounds}")

@@ -25,9 +25,12 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
+
+from common import add_smoke, apply_smoke  # noqa: E402  (benchmarks/common.py)
 
 
 def _peak_mb() -> float:
@@ -155,7 +158,9 @@ def main() -> None:
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--generate", type=int, help=argparse.SUPPRESS)
+    add_smoke(parser)
     args = parser.parse_args()
+    apply_smoke(args, sizes=[20_000], runs=1, seeds=10, data=tempfile.mkdtemp(prefix="fabnb-smoke-corpus-"))
     if args.generate:
         print(json.dumps(generate(args.generate, Path(args.one))))
         return

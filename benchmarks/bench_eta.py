@@ -20,14 +20,22 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import add_smoke, apply_smoke  # benchmarks/common.py
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--file", default=str(ROOT / "examples" / "offline.toml"))
+    add_smoke(parser)
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="fabnb-eta-"))
+    if args.smoke:  # the offline example cut to one question, one window and one metric
+        text = Path(args.file).read_text().replace("sample = 3 ", "sample = 1 ").replace(
+            "windows = [0.5, 1, 2] ", "windows = [0.5] ").replace('metrics = "all" ', 'metrics = ["relevance"] ')
+        (scratch / "smoke.toml").write_text(text)
+        apply_smoke(args, file=str(scratch / "smoke.toml"))
     os.environ["FABNB_CACHE_DIR"] = str(scratch / "cache")  # every call made, none replayed
 
     import numpy as np

@@ -37,7 +37,7 @@ os.environ.setdefault("DEEPEVAL_TELEMETRY_OPT_OUT", "1")
 os.environ.setdefault("DEEPEVAL_DISABLE_DOTENV", "1")
 os.environ.setdefault("DEEPEVAL_NO_INSPECT_PROMPT", "1")
 
-from common import server_process  # noqa: E402  (benchmarks/common.py)
+from common import add_smoke, apply_smoke, server_process  # noqa: E402  (benchmarks/common.py)
 
 SERVER = """
 import sys, json, math, hashlib, threading, os
@@ -85,7 +85,7 @@ chunk_size = 512
 chunk_overlap = 128
 
 [contexts]
-windows = "paper"   # no snippet limit: each window fills with context, so no two cells send the same prompt
+windows = {windows}   # no snippet limit: each window fills with context, so no two cells send the same prompt
 modes = ["A"]
 {systems}
 [judge]
@@ -133,7 +133,7 @@ def write_experiment(folder: Path, output: Path, args) -> Path:
     systems = "".join(SYSTEM.format(i=i) for i in range(1, 5))
     path = folder / "bench.toml"
     path.write_text(EXPERIMENT.format(output=output, concurrency=args.concurrency, questions=args.questions,
-                                      systems=systems))
+                                      systems=systems, windows='[4, 8]' if args.smoke else '"paper"'))
     return path
 
 
@@ -144,7 +144,9 @@ def main() -> None:
     parser.add_argument("--questions", default="all", help='"all" (200) or a number')
     parser.add_argument("--reuse", help="the in-process folder of an earlier run: take its stage times, skip the run")
     parser.add_argument("--no-kill", action="store_true", help="skip the kill-and-resume part")
+    add_smoke(parser)
     args = parser.parse_args()
+    apply_smoke(args, delay=0.01, concurrency=16, questions="2")
     if args.questions != "all":
         args.questions = int(args.questions)
     else:

@@ -27,28 +27,31 @@ import numpy as np
 from fabnb.core.schema import METRICS
 from fabnb.core.text import word_measures  # what the grid stores with each answer for the sanity flags
 
+from common import add_smoke, apply_smoke  # noqa: E402  (benchmarks/common.py)
+
 PAPER_CONTEXTS = (4, 8, 10, 12, 14, 16, 18, 20, 24, 28, 32)
 
 
-def write_stores(folder: Path, seed: int = 0) -> None:
-    """8,800 answers with sources and 52,800 scores, written as the stores write them (one JSON line each)."""
+def write_stores(folder: Path, seed: int = 0, questions: int = 200, contexts=PAPER_CONTEXTS) -> None:
+    """8,800 answers with sources and 52,800 scores (by default), written as the stores write them (one JSON line
+    each)."""
     rng = np.random.default_rng(seed)
-    words = [f"word{i}" for i in range(3000)]
-    passage = lambda: " ".join(rng.choice(words, 380))  # noqa: E731 - about 512 tokens
+    vocabulary = [f"word{i}" for i in range(3000)]
+    passage = lambda: " ".join(rng.choice(vocabulary, 380))  # noqa: E731 - about 512 tokens
     folder.mkdir(parents=True, exist_ok=True)
-    ids = [f"Q{i:03d}" for i in range(200)]
+    ids = [f"Q{i:03d}" for i in range(questions)]
     with open(folder / "answers.jsonl", "w") as a, open(folder / "scores.jsonl", "w") as s:
         for m in range(4):
-            for k in PAPER_CONTEXTS:
+            for k in contexts:
                 for tid in ids:
                     key = {"system": f"system-{m}", "model": f"model-{m}", "context_k": float(k), "mode": "A",
                            "test_id": tid}
                     sources = [{"id": f"c{j}", "doc_id": f"D{rng.integers(300)}", "text": passage(),
                                 "score": float(1 - j / 10)} for j in range(4)]
                     answer = passage()[:1500]
-                    words, repetition = word_measures(answer)
+                    n_words, repetition = word_measures(answer)
                     a.write(json.dumps({**key, "output_tokens": 1024, "status": "ok", "cause": "", "error": "",
-                                        "answer": answer, "answer_words": words, "answer_repetition": repetition,
+                                        "answer": answer, "answer_words": n_words, "answer_repetition": repetition,
                                         "n_sources": 4, "sources_exposed": True,
                                         "sources": sources, "gold_retrieved": bool(rng.random() < 0.7),
                                         "ts": time.time()}) + "\n")
@@ -66,7 +69,9 @@ def write_stores(folder: Path, seed: int = 0) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--folder", help="an experiment output folder (default: generated stores)")
+    add_smoke(parser)
     args = parser.parse_args()
+    apply_smoke(args, runs=1)
     import pandas as pd
 
     from fabnb.views.explorer import Explorer
@@ -74,17 +79,17 @@ def main() -> None:
 
     folder = Path(args.folder) if args.folder else Path(tempfile.mkdtemp(prefix="fabnb-bench-explorer-")) / "run"
     if not args.folder:
-        write_stores(folder)
+        write_stores(folder, questions=4 if args.smoke else 200, contexts=(4, 8) if args.smoke else PAPER_CONTEXTS)
     ids = json.loads((folder / "manifest.json").read_text())["question_ids"]
     questions = pd.DataFrame({"test_id": ids, "question": [f"question {t}" for t in ids],
-                              "ground_truth_answer": "x", "test_type": ["robustness", "multi_hop"] * 100,
+                              "ground_truth_answer": "x", "test_type": ["robustness", "multi_hop"] * (len(ids) // 2),
                               "question_format": "SUBJECTIVE", "gold_doc_ids": [("D1",)] * len(ids)})
     size = sum(p.stat().st_size for p in folder.glob("*.jsonl")) / 1e6
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"stores: {sum(1 for _ in open(folder / 'answers.jsonl')):,} answers and "
           f"{sum(1 for _ in open(folder / 'scores.jsonl')):,} scores, {size:.0f} MB on disk")
     ready, filters = [], []
-    for _ in range(5):
+    for _ in range(getattr(args, "runs", 5)):
         start = time.perf_counter()
         widget = ResultsExplorer(Explorer.from_folder(folder, questions=questions))
         ready.append(time.perf_counter() - start)

@@ -36,7 +36,7 @@ import pandas as pd  # noqa: E402
 from fabnb.models.llm import LLM  # noqa: E402
 from fabnb.rag import FRAMEWORKS, FrameworkRAG, FrameworkSetup, RAGConfig, run_grid  # noqa: E402
 
-from common import TESTS, server_process  # noqa: E402  (benchmarks/common.py)
+from common import TESTS, add_smoke, apply_smoke, server_process  # noqa: E402  (benchmarks/common.py)
 
 sys.path.insert(0, str(TESTS))
 import test_frameworks as factories  # noqa: E402  (the unit tests' pipelines of a user's kind)
@@ -98,7 +98,9 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.2)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--levels", default="4,16,32")
+    add_smoke(parser)
     args = parser.parse_args()
+    apply_smoke(args, delay=0.01, rounds=1, levels="2")
     levels = [int(x) for x in args.levels.split(",")]
     kinds = [k for k in FACTORIES if not FRAMEWORKS[k].missing()]
     print(f"# {platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPUs; delay "

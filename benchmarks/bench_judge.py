@@ -29,7 +29,7 @@ import pandas as pd  # noqa: E402
 from fabnb.judge import geval_metric, judge_model, judge_results, logprobs_supported, score_store  # noqa: E402
 from fabnb.models.llm import LLM  # noqa: E402
 
-from common import JUDGE_SERVER, server_process  # noqa: E402  (benchmarks/common.py)
+from common import JUDGE_SERVER, add_smoke, apply_smoke, server_process  # noqa: E402  (benchmarks/common.py)
 
 
 def main() -> None:
@@ -37,7 +37,9 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.25)
     parser.add_argument("--cases", type=int, default=160)
     parser.add_argument("--concurrency", type=int, default=16)
+    add_smoke(parser)
     args = parser.parse_args()
+    apply_smoke(args, delay=0.01, cases=6, concurrency=2)
     c, n = args.concurrency, args.cases
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"judge delay {args.delay} s in its own process; {n} cases x 1 metric at concurrency {c}")

@@ -15,7 +15,7 @@ Figures (median of 5 unless said):
   starts, with fabnb enabled and without (which goes first alternates), each server stopped before the next;
   the median and quartiles of the pairs' differences.
 
-Usage: python benchmarks/bench_jupyter.py
+Usage: python benchmarks/bench_jupyter.py [--smoke]
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ from bench_explorer import write_stores  # noqa: E402
 
 from fabnb.experiment.progress import write_marker  # noqa: E402
 
-STARTS = 15  # pairs of Jupyter server starts, with and without fabnb
+SMOKE = "--smoke" in sys.argv  # the same path at tiny sizes (benchmarks/common.py)
+STARTS = 1 if SMOKE else 15  # pairs of Jupyter server starts, with and without fabnb
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
@@ -92,7 +93,9 @@ def twenty_runs(root: Path) -> None:
 def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="fabnb-bench-jupyter-"))
     paper = root / "paper"
-    write_stores(paper)
+    if SMOKE:
+        print("smoke mode: tiny sizes, the figures mean nothing", flush=True)
+    write_stores(paper, questions=8, contexts=(4, 8)) if SMOKE else write_stores(paper)  # 64 answers: a full page
     write_marker(paper, "paper-scale", "paper.toml")
     twenty_runs(root)
     size = sum(p.stat().st_size for p in paper.glob("*.jsonl")) / 1e6
@@ -101,7 +104,7 @@ def main() -> None:
     unwarmed = statistics.median(float(subprocess.run(
         [sys.executable, "-c", "import time; t = time.perf_counter(); from fabnb.jupyter.api import Results; "
          f"Results({str(root)!r}).summary('paper'); print(time.perf_counter() - t)"],
-        check=True, capture_output=True, text=True).stdout) for _ in range(3))
+        check=True, capture_output=True, text=True).stdout) for _ in range(1 if SMOKE else 3))
 
     # Starts in pairs, with fabnb and without, each server stopped before the next starts: a drift of the machine
     # over the minute this takes falls on both sides alike, and the pairs' differences are what is reported.
@@ -113,7 +116,7 @@ def main() -> None:
             starts[enabled].append(seconds)
     start_with, start_without = statistics.median(starts[True]), statistics.median(starts[False])
     added = sorted(w - o for w, o in zip(starts[True], starts[False]))
-    quartiles = statistics.quantiles(added, n=4)
+    quartiles = statistics.quantiles(added, n=4) if len(added) > 1 else [added[0]] * 3
 
     from playwright.sync_api import sync_playwright
 
@@ -136,7 +139,7 @@ def main() -> None:
             page.goto(f"{base}/lab?reset&token=bench")
             page.wait_for_selector(".jp-Launcher", timeout=120_000)
             opens, colds = [], []
-            for i in range(8):  # 0, 3, 6 build the server's explorer (cold); the others reuse it (warm)
+            for i in range(2 if SMOKE else 8):  # 0, 3, 6 build the server's explorer (cold); the others reuse it (warm)
                 if i % 3 == 0 and i:  # a store that changed is read again: the next open builds the explorer anew
                     os.utime(paper / "scores.jsonl")
                 page.evaluate("() => window.jupyterapp.commands.execute('application:close-all')")

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from fabnb.models.llm import LLM, ResponseCache  # noqa: E402
 
+from common import add_smoke, apply_smoke  # noqa: E402  (benchmarks/common.py)
 from stub_openai import StubServer  # noqa: E402  (the scripted server of the test suite)
 
 
@@ -32,7 +33,9 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.25)
     parser.add_argument("--calls", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3, help="runs per concurrency; the median is reported")
+    add_smoke(parser)
     args = parser.parse_args()
+    apply_smoke(args, delay=0.01, calls=4, repeat=1)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"server delay {args.delay} s, {args.calls} calls")
     with StubServer(delay=args.delay) as server, tempfile.TemporaryDirectory() as tmp:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import time
 
 from fabnb.models.llm import LLM
@@ -23,7 +24,13 @@ from fabnb.models.local import MODEL_ALIAS, LocalServer, build_report, cpu_name
 PROMPT = " ".join(["Plasma etching of silicon nitride uses fluorocarbon chemistry at low pressure."] * 80)
 
 
+SMOKE = "--smoke" in sys.argv  # the same path at tiny sizes (benchmarks/common.py)
+RUNS, TOKENS = (1, 4) if SMOKE else (3, 64)
+
+
 def main() -> None:
+    if SMOKE:
+        print("smoke mode: tiny sizes, the figures mean nothing", flush=True)
     report = build_report()
     kind = "portable" if report["portable"] else f"native ({report['native_instructions']} AVX-512/AMX instructions)"
     print(f"machine: {cpu_name()}, {os.cpu_count()} cores, "
@@ -31,18 +38,18 @@ def main() -> None:
     prompt_rates, gen_rates, prompt_tokens = [], [], 0
     with LocalServer(n_ctx=2048) as server:
         llm = LLM(MODEL_ALIAS, server.base_url, cache=False, schema_style="llama.cpp")
-        for i in range(3):
+        for i in range(RUNS):
             began = time.perf_counter()
             done = llm.complete(f"{i} {PROMPT}", max_tokens=1, temperature=0.0)
             prompt_rates.append(done.prompt_tokens / (time.perf_counter() - began))
             prompt_tokens = done.prompt_tokens
             began = time.perf_counter()
-            done = llm.complete(f"Run {i}. Write a long essay about wafer cleaning.", max_tokens=64, temperature=0.0,
-                                extra_body={"ignore_eos": True})
+            done = llm.complete(f"Run {i}. Write a long essay about wafer cleaning.", max_tokens=TOKENS,
+                                temperature=0.0, extra_body={"ignore_eos": True})
             gen_rates.append(done.completion_tokens / (time.perf_counter() - began))
     print(f"prompt processing: {statistics.median(prompt_rates):.0f} tokens/s "
-          f"(median of 3, {prompt_tokens}-token prompt)")
-    print(f"generation: {statistics.median(gen_rates):.1f} tokens/s (median of 3, 64 tokens)")
+          f"(median of {RUNS}, {prompt_tokens}-token prompt)")
+    print(f"generation: {statistics.median(gen_rates):.1f} tokens/s (median of {RUNS}, {TOKENS} tokens)")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from fabnb.core.process import answers_http, free_port, start_process, stop_proc
 from fabnb.experiment import Endpoint, Experiment
 from fabnb.rag import ResultsStore, minilm_path, run_grid
 
-from common import TESTS  # noqa: E402  (benchmarks/common.py)
+from common import TESTS, add_smoke, apply_smoke  # noqa: E402  (benchmarks/common.py)
 
 sys.path.insert(0, str(TESTS))
 import test_frameworks as live  # noqa: E402  (the live tests' experiment and corpus part: _live_part)
@@ -57,7 +57,17 @@ def main() -> None:
     parser.add_argument("--top-k", type=int, default=8, help="Open WebUI's RAG_TOP_K")
     parser.add_argument("--chunk-size", type=int, default=800, help="Open WebUI's CHUNK_SIZE, in characters")
     parser.add_argument("--dump", type=Path, help="write one raw /api/chat/completions body here")
-    args = parser.parse_args()
+    add_smoke(parser)
+    args = apply_smoke(parser.parse_args(), questions=1, others=2)
+    if args.smoke and not (args.webui and Path(args.webui).exists()):
+        # Open WebUI is never installed by the kit (7.4 GB): the smoke mode runs the part before its server (the
+        # imports, the corpus part and the questions) and says what it did not run.
+        exp, questions, documents = live._live_part(Path(tempfile.mkdtemp(prefix="fabnb-openwebui-")),
+                                                    '[[systems]]\nname = "local"\nkind = "reference"\n'
+                                                    'model = "embedded"\n', args.others, (1, 2), args.questions)
+        print(f"smoke: {len(questions)} question(s), {len(documents)} documents to upload; open-webui is not "
+              "installed, so its server, the upload and the answers were not run")
+        return
     if not args.webui or not Path(args.webui).exists():
         raise SystemExit("open-webui is not installed: python -m venv ~/owui && ~/owui/bin/pip install "
                          "'open-webui==0.12.4', then --webui ~/owui/bin/open-webui")

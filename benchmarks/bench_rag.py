@@ -25,7 +25,7 @@ import pandas as pd
 
 from fabnb.rag import MaxKB, ResultsStore, run_grid
 
-from common import server_process  # benchmarks/common.py
+from common import add_smoke, apply_smoke, server_process  # benchmarks/common.py
 
 SERVER = """
 import sys, json, time
@@ -51,7 +51,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0,
                         help="the bound at c = 8 and 32 (cells = seconds x c / delay)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per concurrency; the median is reported")
+    add_smoke(parser)
     args = parser.parse_args()
+    apply_smoke(args, delay=0.01, seconds=0.05, repeat=1)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"server delay {args.delay} s in its own process")
     with server_process(SERVER, args.delay) as root:

@@ -12,13 +12,14 @@ open, under 20 ms per save. Prints:
   groups, with and without the knowledge-base term part; opening the curator widget;
   keep/drop latency through the widget; moving to the next candidate.
 
-Usage: FABNB_FAB_BENCH_DIR=../shared/data/fab-bench python benchmarks/bench_rating.py
+Usage: FABNB_FAB_BENCH_DIR=../shared/data/fab-bench python benchmarks/bench_rating.py [--smoke]
 """
 
 import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -59,16 +60,22 @@ def candidates(folder: Path, n: int = 1300) -> None:
         (folder / f"{record['test_id']}.json").write_text(json.dumps(record))
 
 
+SMOKE = "--smoke" in sys.argv  # the same path at tiny sizes (benchmarks/common.py)
+N_ITEMS, N_SAVES, N_ACTIONS = (40, 10, 10) if SMOKE else (1300, 300, 200)
+
+
 def main() -> None:
+    if SMOKE:
+        print("smoke mode: tiny sizes, the figures mean nothing", flush=True)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
-    items = pd.DataFrame({"item_id": [f"Q{i:04d}" for i in range(1300)], "question": "x" * 300,
-                          "ground_truth_answer": "y" * 600, "generation_metadata": [{"t": 0.5}] * 1300})
+    items = pd.DataFrame({"item_id": [f"Q{i:04d}" for i in range(N_ITEMS)], "question": "x" * 300,
+                          "ground_truth_answer": "y" * 600, "generation_metadata": [{"t": 0.5}] * N_ITEMS})
     with tempfile.TemporaryDirectory() as tmp:
         store = RatingStore(Path(tmp) / "ratings")
         session = RatingSession(items, "ana", store, seed=1)
         order = iter(session.order)
         line("store save (append + fsync)",
-             timed(lambda: session.rate(next(order), accuracy=4, relevance=5, difficulty=3, diversity=2), 300))
+             timed(lambda: session.rate(next(order), accuracy=4, relevance=5, difficulty=3, diversity=2), N_SAVES))
         opens = []
         for _ in range(5):
             t = time.perf_counter()
@@ -83,12 +90,12 @@ def main() -> None:
         print(f"open the rating panel over 1,300 items: {(time.perf_counter() - t) * 1000:.0f} ms")
         scores = iter([1, 2, 3, 4, 5] * 100)
         line("panel: one score given (save + progress)",
-             timed(lambda: panel.handle({"action": "rate", "dimension": "accuracy", "value": next(scores)}), 200))
-        line("panel: next item", timed(lambda: panel.handle({"action": "next"}), 200))
+             timed(lambda: panel.handle({"action": "rate", "dimension": "accuracy", "value": next(scores)}), N_ACTIONS))
+        line("panel: next item", timed(lambda: panel.handle({"action": "next"}), N_ACTIONS))
 
         folder = Path(tmp) / "candidates"
         folder.mkdir()
-        candidates(folder)
+        candidates(folder, N_ITEMS)
         kb = KnowledgeBase.default()
         CurationSession(folder, Path(tmp) / "warm", "warm")  # imports (sklearn, scipy) paid once, not timed
         for label, kwargs in (("without", {}), ("with", {"kb": kb})):
@@ -106,8 +113,8 @@ def main() -> None:
         print(f"open the curator widget over 1,300 candidates: {(time.perf_counter() - t) * 1000:.0f} ms")
         actions = iter(["keep", "drop"] * 100)
         line("curator: keep / drop through the widget (save + progress + next)",
-             timed(lambda: view.handle({"action": next(actions)}), 200))
-        line("curator: next candidate", timed(lambda: view.handle({"action": "next"}), 200))
+             timed(lambda: view.handle({"action": next(actions)}), N_ACTIONS))
+        line("curator: next candidate", timed(lambda: view.handle({"action": "next"}), N_ACTIONS))
 
 
 if __name__ == "__main__":

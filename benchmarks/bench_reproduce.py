@@ -11,18 +11,21 @@ import sys
 import tempfile
 import time
 
+from common import add_smoke, apply_smoke  # benchmarks/common.py
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
-    runs = parser.parse_args().runs
+    add_smoke(parser)
+    runs = apply_smoke(parser.parse_args(), runs=1).runs
 
     import os
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     code = "import time; t = time.perf_counter(); import fabnb; print(time.perf_counter() - t)"
     imports = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                    check=True).stdout) for _ in range(5)]
+                                    check=True).stdout) for _ in range(1 if runs == 1 else 5)]
     print(f"import fabnb: median {1000 * statistics.median(imports):.1f} ms over 5 runs")
 
     from fabnb.analysis.claims import check_claims

@@ -1,4 +1,8 @@
-"""What the benchmarks share: a scripted server in a process of its own."""
+"""What the benchmarks share: a scripted server in a process of its own, and the smoke mode.
+
+Every script takes ``--smoke``: the same code path at tiny sizes, a few seconds, so that the suite runs each one
+(``tests/test_benchmarks.py``) and a benchmark that breaks fails CI. Its figures mean nothing; full mode prints
+the figures the docs quote."""
 
 from __future__ import annotations
 
@@ -8,6 +12,22 @@ import sys
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
+
+SMOKE_HELP = "the same code path at tiny sizes, in seconds (the suite runs it); its figures mean nothing"
+
+
+def add_smoke(parser) -> None:
+    """The ``--smoke`` flag of a script's parser."""
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+
+
+def apply_smoke(args, **tiny):
+    """``args`` with ``tiny``'s values in smoke mode (as they are otherwise); says so once."""
+    if getattr(args, "smoke", False):
+        for name, value in tiny.items():
+            setattr(args, name, value)
+        print("smoke mode: tiny sizes, the figures mean nothing", flush=True)
+    return args
 
 
 @contextlib.contextmanager
