@@ -463,7 +463,8 @@ def test_a_run_writes_answers_scores_manifest_report_and_never_the_key(tmp_path,
     assert judge_stage["prompt_tokens"] == 32 * 900 and judge_stage["cost_usd"] == pytest.approx(
         (32 * 900 * 0.5 + 32 * 20 * 4.0) / 1e6)
     summary = (out / "summary.md").read_text()
-    assert " 7 [" not in summary and "0.700 [0.700, 0.700] (n = 4 / 4)" in summary
+    # every score the same: no zero-width "95% interval" (issue 49), the spread is named as absent
+    assert " 7 [" not in summary and "0.700, no spread (n = 4 / 4)" in summary
     assert (out / "report" / "report.md").exists() and list((out / "report" / "figures").glob("*.png"))
     assert not list((out / "report" / "figures").glob("*.svg"))  # the formats asked for, and no other
     assert pd.read_csv(out / "coverage.csv")["n"].eq(4).all()
@@ -485,7 +486,7 @@ def test_the_report_can_put_the_papers_models_beside_yours(tmp_path, stub):
     labels = pd.read_csv(run.output / "report" / "tables" / "scaling_labels.csv").set_index("model")["label"]
     assert labels["ref"] == "not enough windows" and labels["Qwen-Plus (paper)"] != "not enough windows"
     assert "ref: not enough windows to fit (3 of 5)" in (run.output / "report" / "report.md").read_text()
-    assert "0.700 [0.700, 0.700] (n = 2 / 2)" in run.report.read_text()
+    assert "0.700, no spread (n = 2 / 2)" in run.report.read_text()
 
 
 def test_a_rerun_asks_nothing_and_new_windows_ask_only_their_cells(tmp_path, stub):

@@ -2,6 +2,7 @@
 test_properties, McNemar and PPI by hand in test_judge)."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from fabnb.core.stats import mcnemar_paired, weighted_kappa, wilson_interval
@@ -73,3 +74,52 @@ def test_bootstrap_means_resample_questions_not_rows_and_are_seeded_per_cell():
     one = bootstrap_means(holes, ["cell"]).iloc[0]
     assert one["n"] == 4 and one["n_clusters"] == 1 and np.isnan(one["ci_low"]) and one["mean"] == pytest.approx(0.2)
     assert bootstrap_means(frame.head(0), ["cell"]).empty
+
+
+def _judge_scores(mu, offsets, rng):
+    """Issue 49's generative model: round(10 mu + question offset + noise) on 0-10, offset and noise N(0, 1.5)."""
+    return np.clip(np.round(10 * mu + offsets + rng.normal(0, 1.5, len(offsets))), 0, 10) / 10
+
+
+def test_the_interval_chooser_holds_its_95_percent_at_five_questions_where_the_percentile_bootstrap_did_not():
+    """A small seeded simulation of benchmarks/bench_coverage.py (which prints the full table): 300 studies of
+    5 questions. Before issue 49 every report's interval was the percentile bootstrap, which covers about 81% here."""
+    from fabnb.core.stats import bootstrap_means, cell_means
+
+    rng = np.random.default_rng(49)
+    truth = float(_judge_scores(0.6, rng.normal(0, 1.5, 1_000_000), rng).mean())
+    gap_truth = float(_judge_scores(0.65, rng.normal(0, 1.5, 1_000_000), rng).mean()) - truth
+    cells, gaps = [], []
+    for run in range(300):
+        offsets = rng.normal(0, 1.5, 5)
+        a, b = _judge_scores(0.6, offsets, rng), _judge_scores(0.65, offsets, rng)
+        ids = [f"q{i}" for i in range(5)]
+        cells.append(pd.DataFrame({"run": run, "test_id": ids, "score": a}))
+        gaps.append(pd.DataFrame({"run": run, "test_id": ids, "delta": b - a}))
+    cells, gaps = pd.concat(cells), pd.concat(gaps)
+
+    def coverage(frame, value):
+        return float((frame["ci_low"].notna() & (frame["ci_low"] <= value) & (value <= frame["ci_high"])).mean())
+
+    chosen = cell_means(cells, ["run"], n_boot=300, bounds=(0, 1))
+    assert set(chosen["method"]) <= {"t", "no spread"}
+    assert coverage(chosen, truth) >= 0.90
+    assert coverage(cell_means(gaps, ["run"], value="delta", n_boot=300, bounds=(-1, 1)), gap_truth) >= 0.90  # paired
+    assert coverage(bootstrap_means(cells, ["run"], n_boot=300), truth) < 0.88  # what the reports showed before
+
+
+def test_a_constant_sample_has_no_spread_not_a_zero_width_interval():
+    from fabnb.analysis.intervals import mean_intervals, mode_gap
+    from fabnb.core.stats import cell_means
+
+    same = pd.DataFrame({"model": "m", "context_k": 4.0, "metric": "depth", "test_id": [f"q{i}" for i in range(5)],
+                         "score": 1.0})
+    row = cell_means(same, ["metric"]).iloc[0]
+    assert row["method"] == "no spread" and np.isnan(row["ci_low"]) and np.isnan(row["ci_high"])
+    assert mean_intervals(same).set_index("metric").loc["depth", "shown"] == "1.000, no spread (n = 5)"
+    paired = pd.concat([same.assign(mode="A", score=0.5), same.assign(mode="B", score=0.7)])
+    gap = mode_gap(paired).set_index("metric").loc["depth"]
+    assert gap["method"] == "no spread" and np.isnan(gap["ci_low"]) and abs(gap["delta"] - 0.2) < 1e-9
+    many = pd.concat([same.assign(test_id=[f"r{i}" for i in range(5)], score=0.5 + 0.1 * (i % 2))
+                      for i in range(8)]).assign(test_id=[f"q{i}" for i in range(40)])
+    assert cell_means(many, ["metric"]).iloc[0]["method"] == "bootstrap"  # from 30 questions

@@ -1,8 +1,9 @@
-"""Intervals over questions: each cell's mean with its bootstrap interval, the paired B - A gap of dual mode, and
-Section 6's difficulty ordering (harder metrics below factuality on every system).
+"""Intervals over questions: each cell's mean with its interval, the paired B - A gap of dual mode, and Section 6's
+difficulty ordering (harder metrics below factuality on every system).
 
-The unit a benchmark samples is the question, so every interval here resamples questions
-(:func:`fabnb.core.stats.bootstrap_means`; replicates of one question move together). Both functions
+The unit a benchmark samples is the question, so every interval here is over questions, chosen in one place by
+the sample's size (:func:`fabnb.core.stats.cell_means`: Student's t on question means below 30 questions, the
+percentile bootstrap from there; replicates of one question move together). Both functions
 take a per-question score frame (:mod:`fabnb.core.scores` with a ``test_id`` column, e.g.
 ``fabnb.judge.to_score_frame(scores, by=(..., "test_id", "metric"))``) and return a new tidy frame.
 ``docs/statistics.md`` gives the methods and their sources.
@@ -17,14 +18,14 @@ import pandas as pd
 
 from ..core.schema import SCORE_KEYS
 from ..core.scores import ScoreError, with_average
-from ..core.stats import N_BOOT, SEED, bootstrap_means
+from ..core.stats import N_BOOT, SEED, cell_means, shown_interval
 from .curves import dual_mode_delta
 
 __all__ = ["MIN_ORDER_QUESTIONS", "DifficultyOrder", "difficulty_order", "mean_intervals", "mode_gap"]
 
 #: Questions a system needs before :func:`difficulty_order` says a metric scores lower than another on it. Below 6,
 #: even a metric that scored lower on every question fails an exact two-sided sign test at 0.05 (0.0625 at 5,
-#: 0.031 at 6), and a percentile bootstrap over so few questions is narrower than the data allow.
+#: 0.031 at 6).
 MIN_ORDER_QUESTIONS = 6
 
 
@@ -40,7 +41,9 @@ def _per_question(scores: pd.DataFrame) -> pd.DataFrame:
 
 def mean_intervals(scores: pd.DataFrame, *, n_boot: int | None = None, seed: int | None = None,
                    ci: float = 0.95) -> pd.DataFrame:
-    """Each cell's mean score with a bootstrap interval over its questions (:func:`fabnb.bootstrap_means`).
+    """Each cell's mean score with the interval its questions support (:func:`fabnb.core.stats.cell_means`: a t
+    interval on question means below 30 questions, the percentile bootstrap from there, "no spread" for a constant
+    sample).
 
     Parameters
     ----------
@@ -63,19 +66,12 @@ def mean_intervals(scores: pd.DataFrame, *, n_boot: int | None = None, seed: int
     """
     per = _per_question(scores)
     by = [c for c in SCORE_KEYS if c in per.columns and c != "test_id"] + ["metric"]
-    out = bootstrap_means(per, by, n_boot=N_BOOT if n_boot is None else n_boot,
-                                seed=SEED if seed is None else seed, ci=ci)
+    out = cell_means(per, by, n_boot=N_BOOT if n_boot is None else n_boot, seed=SEED if seed is None else seed,
+                     ci=ci, bounds=(0.0, 1.0))
     out = out.drop(columns="n").rename(columns={"n_clusters": "n"})
-    out["shown"] = [_shown(m, lo, hi, n) for m, lo, hi, n in zip(out["mean"], out["ci_low"], out["ci_high"], out["n"])]
+    out["shown"] = [shown_interval(m, lo, hi, n, method) for m, lo, hi, n, method
+                    in zip(out["mean"], out["ci_low"], out["ci_high"], out["n"], out["method"])]
     return out
-
-
-def _shown(mean, lo, hi, n) -> str:
-    if pd.isna(mean):
-        return "-"
-    if pd.isna(lo):
-        return f"{mean:.3f}, no interval (n = {int(n)})"
-    return f"{mean:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
 def mode_gap(scores: pd.DataFrame, *, n_boot: int | None = None, seed: int | None = None,
@@ -84,7 +80,7 @@ def mode_gap(scores: pd.DataFrame, *, n_boot: int | None = None, seed: int | Non
 
     Mode B injects the gold context, mode A lets the system retrieve (Appendix F.3): B - A is what
     retrieval costs. Only questions answered and scored in both modes count (paired); the interval is
-    a bootstrap over those questions (:func:`fabnb.bootstrap_means` of the per-question differences).
+    paired, over those questions (:func:`fabnb.core.stats.cell_means` of the per-question differences).
 
     Parameters
     ----------
@@ -109,11 +105,11 @@ def mode_gap(scores: pd.DataFrame, *, n_boot: int | None = None, seed: int | Non
     per = dual_mode_delta(_per_question(scores))
     per = per[per["paired"]]
     by = [c for c in SCORE_KEYS if c in per.columns and c not in ("mode", "test_id")] + ["metric"]
-    columns = [*by, "n", "score_a", "score_b", "delta", "ci_low", "ci_high", "b_better", "ties"]
+    columns = [*by, "n", "score_a", "score_b", "delta", "ci_low", "ci_high", "method", "b_better", "ties"]
     if per.empty:
         return pd.DataFrame(columns=columns)
-    boot = bootstrap_means(per, by, value="delta", n_boot=N_BOOT if n_boot is None else n_boot,
-                                 seed=SEED if seed is None else seed, ci=ci)
+    boot = cell_means(per, by, value="delta", n_boot=N_BOOT if n_boot is None else n_boot,
+                      seed=SEED if seed is None else seed, ci=ci, bounds=(-1.0, 1.0))
     sides = per.assign(b_better=per["delta"] > 1e-12, ties=per["delta"].abs() <= 1e-12).groupby(
         by, dropna=False).agg(score_a=("score_a", "mean"), score_b=("score_b", "mean"),
                               b_better=("b_better", "mean"), ties=("ties", "mean")).reset_index()
@@ -154,7 +150,7 @@ def difficulty_order(scores: pd.DataFrame, *, harder=("depth", "support_quality"
 
     On per-question scores (a ``test_id`` column) each system's gap is paired: per question, the harder metric's
     score minus ``than``'s, averaged, with a bootstrap interval over the questions scored on both
-    (:func:`fabnb.bootstrap_means`). A gap counts as lower only when its interval lies below 0 and it rests on
+    (:func:`fabnb.core.stats.cell_means`). A gap counts as lower only when its interval lies below 0 and it rests on
     :data:`MIN_ORDER_QUESTIONS` questions or more; "higher" when its interval lies above 0; else "cannot tell".
     On one mean per system (the paper's Table 5, no ``test_id``) the gap is of the means and the verdict of point
     estimates, and the table says so.
@@ -211,15 +207,18 @@ def difficulty_order(scores: pd.DataFrame, *, harder=("depth", "support_quality"
             continue
         if pair.empty:
             continue
-        boot = bootstrap_means(pair, [by, "metric"], value="gap", n_boot=N_BOOT if n_boot is None else n_boot,
-                               seed=SEED if seed is None else seed, ci=ci)
+        boot = cell_means(pair, [by, "metric"], value="gap", n_boot=N_BOOT if n_boot is None else n_boot,
+                          seed=SEED if seed is None else seed, ci=ci, bounds=(-1.0, 1.0))
         sides = pair.assign(lower=pair["gap"] < -1e-12).groupby(by, dropna=False).agg(
             score=("score", "mean"), score_than=("score_than", "mean"), lower_share=("lower", "mean"))
         for r in boot.itertuples():
             n = int(r.n_clusters)
-            if n >= MIN_ORDER_QUESTIONS and r.ci_high < 0:
+            # "no spread": every question's gap is the same; with MIN_ORDER_QUESTIONS of them, all on one side of 0,
+            # the exact sign test decides (p = 2 ** (1 - n) <= 0.031), as the interval would otherwise
+            low, high = (r.mean, r.mean) if r.method == "no spread" else (r.ci_low, r.ci_high)
+            if n >= MIN_ORDER_QUESTIONS and high < 0:
                 verdict = "lower"
-            elif n >= MIN_ORDER_QUESTIONS and r.ci_low > 0:
+            elif n >= MIN_ORDER_QUESTIONS and low > 0:
                 verdict = "higher"
             else:
                 verdict = "cannot tell"
@@ -227,7 +226,7 @@ def difficulty_order(scores: pd.DataFrame, *, harder=("depth", "support_quality"
             rows.append({by: getattr(r, by), "metric": metric, "than": than, "n": n, "score": side["score"],
                          "score_than": side["score_than"], "gap": r.mean, "ci_low": r.ci_low, "ci_high": r.ci_high,
                          "lower_share": side["lower_share"], "verdict": verdict,
-                         "basis": f"paired bootstrap over questions ({ci:.0%})"})
+                         "basis": f"paired {r.method} interval over questions ({ci:.0%})"})
     table = pd.DataFrame(rows, columns=columns)
     if table.empty:
         return DifficultyOrder(table, "cannot tell", f"no {by} has scores of both {harder[0]} and {than}.")

@@ -33,8 +33,9 @@ def coverage(exp: Experiment, questions: pd.DataFrame, scores: pd.DataFrame) -> 
     -------
     DataFrame
         system, context_k, mode, metric, score (mean of the ok scores, None if none), ci_low, ci_high
-        (95% bootstrap over questions, :func:`fabnb.core.stats.bootstrap_means`, with the experiment's
-        ``[report] bootstrap`` and ``seed``; None for fewer than two questions), n (ok scores),
+        (95% over questions, chosen by :func:`fabnb.core.stats.cell_means`: Student's t below 30 questions, the
+        percentile bootstrap with the experiment's ``[report] bootstrap`` and ``seed`` from there; None for fewer
+        than two questions or a constant sample, which shows "no spread"), n (ok scores),
         planned (questions x replicates), flagged (ok scores with a sanity flag), score_unflagged
         (the mean without them), shown (``0.812 [0.790, 0.833] (n = 1,184 / 1,200)``).
 
@@ -47,18 +48,19 @@ def coverage(exp: Experiment, questions: pd.DataFrame, scores: pd.DataFrame) -> 
     ...                        "test_id": ["q1", "q2"], "metric": ["relevance"] * 2, "score": [0.5, 0.7],
     ...                        "status": ["ok", "ok"]})
     >>> coverage(exp, pd.DataFrame({"test_id": ["q1", "q2", "q3"]}), scores)["shown"].tolist()
-    ['0.600 [0.500, 0.700] (n = 2 / 3)']
+    ['0.600 [0.000, 1.000] (n = 2 / 3)']
     >>> coverage(exp, pd.DataFrame({"test_id": ["q1", "q2", "q3"]}), scores.head(1))["shown"].tolist()
     ['0.500, no interval (n = 1 / 3)']
     """
-    from ..core.stats import bootstrap_means
+    from ..core.stats import cell_means
 
     planned = len(questions) * exp.replicates
     cell = ["system", "context_k", "mode", "metric"]
     ok = scores[scores["status"] == "ok"] if len(scores) else scores
     if len(ok):
         ok = ok.assign(context_k=ok["context_k"].astype(float), score=ok["score"].astype(float))
-        means = bootstrap_means(ok, cell, n_boot=exp.report.bootstrap, seed=exp.report.seed).set_index(cell)
+        means = cell_means(ok, cell, n_boot=exp.report.bootstrap, seed=exp.report.seed,
+                           bounds=(0.0, 1.0)).set_index(cell)
         flagged = ok["flags"].fillna("").astype(bool) if "flags" in ok.columns else pd.Series(False, index=ok.index)
         counts = flagged.groupby([ok[c] for c in cell]).sum()
         clean = ok[~flagged].groupby(cell)["score"].mean()
@@ -73,8 +75,9 @@ def coverage(exp: Experiment, questions: pd.DataFrame, scores: pd.DataFrame) -> 
                     n = 0 if row is None else int(row["n"])
                     lo, hi = (None, None) if row is None or pd.isna(row["ci_low"]) else (row["ci_low"], row["ci_high"])
                     n_flagged = int(counts.get(key, 0)) if len(ok) else 0
+                    spread = "no spread" if row is not None and row["method"] == "no spread" else "no interval"
                     shown = "-" if mean is None else f"{mean:.3f}" + (
-                        f" [{lo:.3f}, {hi:.3f}]" if lo is not None else ", no interval")
+                        f" [{lo:.3f}, {hi:.3f}]" if lo is not None else f", {spread}")
                     rows.append({"system": spec.name, "context_k": k, "mode": mode, "metric": metric, "score": mean,
                                  "ci_low": lo, "ci_high": hi, "n": n, "planned": planned, "flagged": n_flagged,
                                  "score_unflagged": float(clean[key]) if len(ok) and key in clean.index else None,
@@ -315,7 +318,8 @@ def write_report(exp: Experiment, questions: pd.DataFrame | None = None, held: t
     lines += _reference_section(exp, out, answers, questions)
     wide = cov.pivot_table(index=["system", "context_k", "mode"], columns="metric", values="shown", aggfunc="first")
     lines += ["## Scores (mean [95% interval], with the cells it covers of those planned)", "",
-              f"Intervals: percentile bootstrap over questions, {exp.report.bootstrap:,} draws, seed "
+              f"Intervals: over questions, Student's t on the question means below 30 questions, from there the "
+              f"percentile bootstrap, {exp.report.bootstrap:,} draws, seed "
               f"{exp.report.seed} (`[report] bootstrap`, `seed`).", "",
               wide.reset_index().to_markdown(index=False), ""]
     if cov["flagged"].sum():
