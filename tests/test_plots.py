@@ -39,8 +39,8 @@ def test_scaling_draws_points_and_fit_on_given_axes(sweeps):
 def test_scaling_without_enough_points_draws_no_fit():
     import pandas as pd
     df = pd.DataFrame({"model": "m", "context_k": [4.0, 8.0], "metric": "average", "score": [0.4, 0.5]})
-    ax = plots.plot_scaling(df)
-    assert ax.get_legend().get_texts()[0].get_text() == "m (not fitted: 2 of 3 windows)"
+    ax = plots.plot_scaling(df)  # the default min_windows is MIN_FIT_WINDOWS (5) since issue 49
+    assert ax.get_legend().get_texts()[0].get_text() == "m (not fitted: 2 of 5 windows)"
 
 
 def test_breakdown_has_six_metrics_per_model(sweeps):
@@ -142,3 +142,12 @@ def test_figures_of_per_question_scores_carry_their_intervals():
     depth = ci[(ci["metric"] == "depth")].sort_values("context_k")
     assert [round(s[0][1], 6) for s in segments] == [round(v, 6) for v in depth["ci_low"]]
     assert [round(s[1][1], 6) for s in segments] == [round(v, 6) for v in depth["ci_high"]]
+
+
+def test_a_curve_of_three_windows_is_not_fitted_and_prints_no_r_squared():
+    """Issue 49 item 8: a 3-window log fit printed its R² in the legend; a fit needs MIN_FIT_WINDOWS windows."""
+    from fabnb.analysis.curves import MIN_FIT_WINDOWS
+
+    df = pd.DataFrame({"model": "m", "context_k": [4.0, 8.0, 16.0], "metric": "average", "score": [0.5, 0.6, 0.65]})
+    labels = [t.get_text() for t in plots.plot_scaling(df).get_legend().get_texts()]
+    assert labels == [f"m (not fitted: 3 of {MIN_FIT_WINDOWS} windows)"] and not any("R²" in t for t in labels)

@@ -25,7 +25,7 @@ import pandas as pd
 
 from ..core.schema import AVERAGE, METRIC_LABELS, METRICS
 from ..core.scores import at_window, metric_sweep
-from .curves import fit_log_curves, fit_logistic_curves, predict_log_curve, predict_logistic_curve
+from .curves import MIN_FIT_WINDOWS, fit_log_curves, fit_logistic_curves, predict_log_curve, predict_logistic_curve
 
 __all__ = ['plot_breakdown', 'plot_correlations', 'plot_deltas', 'plot_failures', 'plot_frameworks', 'plot_generation',
            'plot_mode_gap', 'plot_radar', 'plot_scaling']
@@ -67,7 +67,7 @@ def plot_scaling(
     ax=None,
     logx: bool = False,
     intervals: pd.DataFrame | None = None,
-    min_windows: int = 3,
+    min_windows: int = MIN_FIT_WINDOWS,
 ):
     """Score against context window per model, with a fitted curve (Figure 3).
 
@@ -88,9 +88,9 @@ def plot_scaling(
         :func:`fabnb.analysis.intervals.mean_intervals` of the same scores: each point gets its 95% interval as an
         error bar.
     min_windows : int
-        A curve is drawn through a model's points only from this many windows
-        (the report passes :data:`fabnb.analysis.curves.MIN_FIT_WINDOWS`); below, the points are joined and the legend
-        says the curve was not fitted.
+        A curve is drawn through a model's points only from this many windows (default
+        :data:`fabnb.analysis.curves.MIN_FIT_WINDOWS`, as the report); below, the points are joined and the legend
+        says the curve was not fitted, with no R².
 
     Returns
     -------

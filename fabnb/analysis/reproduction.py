@@ -360,12 +360,16 @@ def _scaling_section(report: Report, sweeps: pd.DataFrame, primary: list, figs: 
             ax.legend(fontsize=7, loc="lower right")
         return axes[0][0]
 
-    bars = " Error bars: 95% bootstrap intervals over questions." if intervals is not None else ""
-    figs.draw("fig3_scaling_panels", "Average score against context window with log-curve fits (Figure 3)." + bars,
+    bars = " Error bars: 95% intervals over questions." if intervals is not None else ""
+    # The captions name a fit only where one is drawn (a model needs min_windows windows for it).
+    drawn = ("with log-curve fits" if len(fitted) else
+             f"the points joined, no fit drawn (fewer than {min_windows} windows)")
+    figs.draw("fig3_scaling_panels", f"Average score against context window, {drawn} (Figure 3)." + bars,
               panels)
-    figs.draw("fig3_scaling_all_models", "All models on a log2 context axis, log-curve fits." + bars,
+    figs.draw("fig3_scaling_all_models", f"All models on a log2 context axis, {drawn}." + bars,
               lambda: plots.plot_scaling(sweeps, logx=True, intervals=intervals, min_windows=min_windows))
-    figs.draw("fig3_scaling_logistic", "The same with the saturating S-curve alternative.",
+    figs.draw("fig3_scaling_logistic", "The same with the saturating S-curve alternative"
+              + ("." if len(fitted) else f" (none drawn: fewer than {min_windows} windows)."),
               lambda: plots.plot_scaling(sweeps, fit="logistic", logx=True, min_windows=min_windows))
     if len(log_fits):
         report.table(log_fits[["model", "n_points", "intercept", "slope", "slope_ci_low", "slope_ci_high",
