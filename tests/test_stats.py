@@ -120,6 +120,6 @@ def test_a_constant_sample_has_no_spread_not_a_zero_width_interval():
     paired = pd.concat([same.assign(mode="A", score=0.5), same.assign(mode="B", score=0.7)])
     gap = mode_gap(paired).set_index("metric").loc["depth"]
     assert gap["method"] == "no spread" and np.isnan(gap["ci_low"]) and abs(gap["delta"] - 0.2) < 1e-9
-    many = pd.concat([same.assign(test_id=[f"r{i}" for i in range(5)], score=0.5 + 0.1 * (i % 2))
-                      for i in range(8)]).assign(test_id=[f"q{i}" for i in range(40)])
-    assert cell_means(many, ["metric"]).iloc[0]["method"] == "bootstrap"  # from 30 questions
+    many = pd.concat([same.assign(score=0.5 + 0.1 * (i % 2)) for i in range(20)]).assign(
+        test_id=[f"q{i}" for i in range(100)])
+    assert cell_means(many, ["metric"]).iloc[0]["method"] == "bootstrap"  # from BOOTSTRAP_FROM (100) questions

@@ -2,7 +2,7 @@
 difficulty ordering (harder metrics below factuality on every system).
 
 The unit a benchmark samples is the question, so every interval here is over questions, chosen in one place by
-the sample's size (:func:`fabnb.core.stats.cell_means`: Student's t on question means below 30 questions, the
+the sample's size (:func:`fabnb.core.stats.cell_means`: Student's t on question means below 100 questions, the
 percentile bootstrap from there; replicates of one question move together). Both functions
 take a per-question score frame (:mod:`fabnb.core.scores` with a ``test_id`` column, e.g.
 ``fabnb.judge.to_score_frame(scores, by=(..., "test_id", "metric"))``) and return a new tidy frame.
@@ -42,7 +42,7 @@ def _per_question(scores: pd.DataFrame) -> pd.DataFrame:
 def mean_intervals(scores: pd.DataFrame, *, n_boot: int | None = None, seed: int | None = None,
                    ci: float = 0.95) -> pd.DataFrame:
     """Each cell's mean score with the interval its questions support (:func:`fabnb.core.stats.cell_means`: a t
-    interval on question means below 30 questions, the percentile bootstrap from there, "no spread" for a constant
+    interval on question means below 100 questions, the percentile bootstrap from there, "no spread" for a constant
     sample).
 
     Parameters

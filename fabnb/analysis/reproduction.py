@@ -279,7 +279,7 @@ def _interval_section(report: Report, intervals: pd.DataFrame, tabs: Path) -> No
     _save_table(intervals, tabs, "mean_intervals")
     report.heading("Means with 95% intervals")
     report.text("Each mean is over questions (replicates averaged first), with a 95% interval over questions "
-                "(fabnb.core.stats.cell_means: Student's t below 30 questions, the percentile bootstrap from there). "
+                "(fabnb.core.stats.cell_means: Student's t below 100 questions, the percentile bootstrap from there). "
                 "Two means whose intervals overlap are "
                 "not shown to differ. A cell of one question has no interval.")
     wide = intervals.pivot_table(index=[c for c in ("model", "context_k") if c in intervals.columns],

@@ -354,9 +354,9 @@ def bootstrap_means(frame: pd.DataFrame, by, value: str = "score", cluster: str 
 
 #: From this many questions a cell's interval is the percentile bootstrap over questions; below it, a Student t
 #: interval on the question means. Simulated on the generative model of benchmarks/bench_coverage.py, the percentile
-#: bootstrap covered 71% at 3 questions, 81% at 5 and 88% at 10 (nominal 95%), and 94-95% from 30; the t interval
-#: 92-95% at every size.
-BOOTSTRAP_FROM = 30
+#: bootstrap covered 71% at 3 questions, 80% at 5 and 87-91% at 10 (nominal 95%), and on the paired B - A gap still
+#: 90% at 30; the t interval 91-97% at every size up to 100 (docs/statistics.md has the table).
+BOOTSTRAP_FROM = 100
 
 
 def _t_interval(values: np.ndarray, ci: float) -> tuple[float, float]:

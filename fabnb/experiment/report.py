@@ -33,7 +33,7 @@ def coverage(exp: Experiment, questions: pd.DataFrame, scores: pd.DataFrame) -> 
     -------
     DataFrame
         system, context_k, mode, metric, score (mean of the ok scores, None if none), ci_low, ci_high
-        (95% over questions, chosen by :func:`fabnb.core.stats.cell_means`: Student's t below 30 questions, the
+        (95% over questions, chosen by :func:`fabnb.core.stats.cell_means`: Student's t below 100 questions, the
         percentile bootstrap with the experiment's ``[report] bootstrap`` and ``seed`` from there; None for fewer
         than two questions or a constant sample, which shows "no spread"), n (ok scores),
         planned (questions x replicates), flagged (ok scores with a sanity flag), score_unflagged
@@ -318,7 +318,7 @@ def write_report(exp: Experiment, questions: pd.DataFrame | None = None, held: t
     lines += _reference_section(exp, out, answers, questions)
     wide = cov.pivot_table(index=["system", "context_k", "mode"], columns="metric", values="shown", aggfunc="first")
     lines += ["## Scores (mean [95% interval], with the cells it covers of those planned)", "",
-              f"Intervals: over questions, Student's t on the question means below 30 questions, from there the "
+              f"Intervals: over questions, Student's t on the question means below 100 questions, from there the "
               f"percentile bootstrap, {exp.report.bootstrap:,} draws, seed "
               f"{exp.report.seed} (`[report] bootstrap`, `seed`).", "",
               wide.reset_index().to_markdown(index=False), ""]

@@ -100,7 +100,7 @@ def _start_manifest(exp: Experiment, old: dict | None, plan_: Plan, questions: p
             "signatures": signatures, "question_ids": list(questions["test_id"]),
             "questions_source": exp.questions_source,
             "statistics": {"interval": "95% over questions, chosen by sample size (fabnb.core.stats.cell_means: "
-                                       "Student's t below 30 questions, the percentile bootstrap from there)",
+                                       "Student's t below 100 questions, the percentile bootstrap from there)",
                            "bootstrap_draws": exp.report.bootstrap, "bootstrap_seed": exp.report.seed},
             "endpoints": {**(old or {}).get("endpoints", {}), **endpoints},
             "runs": (old or {}).get("runs", []) + [{"started": now(), "ended": None, "status": "running"}],
