@@ -166,11 +166,31 @@ class _JudgeCalls:
         return _chat_completion(self.last), self.last.cost or 0.0
 
 
+def _compile_geval_templates() -> None:
+    """Compile G-Eval's Jinja templates now, in this thread, before any judging starts.
+
+    DeepEval compiles a template on its first use and caches it. Compiled from the judge's threads while another
+    thread compiles too (an import), CPython 3.11.7 can fail with "SystemError: AST constructor recursion depth
+    mismatch" (CPython gh-106905, fixed in 3.11.8): seen once in a few fast-lane runs of test_faults. A DeepEval that
+    keeps its templates elsewhere simply compiles them on first use, as before.
+    """
+    try:
+        from deepeval.templates.resolver import _registry, iter_base_template_methods
+
+        for method, _ in iter_base_template_methods("metrics", "GEval"):
+            for strict in (True, False):
+                _registry.get_compiled("metrics", "GEval", method, strict)
+    except Exception:  # noqa: BLE001 - another DeepEval layout: nothing to warm, nothing lost
+        pass
+
+
 @lru_cache(maxsize=1)
 def _judge_model_class():
     # Defined once: DeepEval wraps every subclass's methods for tracing when the class is created.
     _deepeval()
     from deepeval.models import DeepEvalBaseLLM
+
+    _compile_geval_templates()
 
     class JudgeModel(_JudgeCalls, DeepEvalBaseLLM):
         pass
