@@ -739,7 +739,8 @@ def test_the_offline_example_runs_on_the_embedded_model(tmp_path):
     caveats = summary.split("## Caveats")[1].split("## Calls")[0]
     assert all(w in caveats for w in ("Few questions", "One replicate", "Self-preference", "Too few windows"))
     cov = pd.read_csv(out / "coverage.csv")
-    assert cov.loc[cov["n"] >= 2, "ci_low"].notna().all()
+    drawn = cov[cov["n"] >= 2]  # an interval, or "no spread" where every question got the same score (issue 49)
+    assert (drawn["ci_low"].notna() | drawn["shown"].str.contains("no spread")).all(), drawn
     print(f"offline example: {seconds:.0f} s; judge {judge['ok']}/54 ok")
 
 
