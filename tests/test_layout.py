@@ -236,16 +236,20 @@ def _object_of(use: str):
     kind, name = use.split(":", 1)
     if kind != "dotted":
         return getattr(importlib.import_module(kind), name, None)
-    parts = name.split(".")
-    for i in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-            break
-        except ImportError:
-            continue
-    for attr in parts[i:]:
+    obj, rest = _longest_module(name.split("."))
+    for attr in rest:
         obj = getattr(obj, attr, None)
     return obj
+
+
+def _longest_module(parts: list[str]):
+    """The longest importable module prefix of a dotted name, and the attribute names after it."""
+    for i in range(len(parts), 0, -1):
+        try:
+            return importlib.import_module(".".join(parts[:i])), parts[i:]
+        except ImportError:
+            continue
+    raise ImportError(".".join(parts))
 
 
 def test_every_function_the_docs_and_notebooks_call_has_a_runnable_example():
@@ -273,15 +277,8 @@ def test_every_fabnb_name_the_docs_and_notebooks_use_imports():
                 except ImportError:
                     broken.append(f"from {kind} import {name}")
             continue
-        parts = name.split(".")
         # The longest importable module prefix, then attributes (a trailing file suffix such as .md is prose).
-        for i in range(len(parts), 0, -1):
-            try:
-                obj = importlib.import_module(".".join(parts[:i]))
-                break
-            except ImportError:
-                continue
-        rest = parts[i:]
+        obj, rest = _longest_module(name.split("."))
         for attr in rest:
             if not hasattr(obj, attr):
                 if attr not in ("md", "py", "toml", "json", "ipynb", "jsonl", "csv"):
