@@ -123,3 +123,55 @@ def test_a_constant_sample_has_no_spread_not_a_zero_width_interval():
     many = pd.concat([same.assign(score=0.5 + 0.1 * (i % 2)) for i in range(20)]).assign(
         test_id=[f"q{i}" for i in range(100)])
     assert cell_means(many, ["metric"]).iloc[0]["method"] == "bootstrap"  # from BOOTSTRAP_FROM (100) questions
+
+
+def test_the_one_multiple_comparison_policy_matches_statsmodels_and_keeps_untestable_rows_out():
+    """Issue 49 item 6: Holm for decisions (FAMILY_METHOD), BH as the stated alternative, Bonferroni levels."""
+    from statsmodels.stats.multitest import multipletests
+
+    from fabnb.core.stats import FAMILY_METHOD, adjust_pvalues, family_level
+
+    rng = np.random.default_rng(4)
+    p = rng.uniform(0, 0.2, 15)
+    for method in ("holm", "bh"):
+        want = multipletests(p, method={"holm": "holm", "bh": "fdr_bh"}[method])[1]
+        assert np.allclose(adjust_pvalues(p, method), want)
+    with_nan = np.append(p, np.nan)
+    assert np.allclose(adjust_pvalues(with_nan)[:15], multipletests(p, method="holm")[1])  # NaN not in the family
+    assert np.isnan(adjust_pvalues(with_nan)[15]) and FAMILY_METHOD == "holm"
+    assert family_level(0.95, 40) == pytest.approx(0.99875)
+    with pytest.raises(ValueError, match="'holm' .* or 'bh'"):
+        adjust_pvalues(p, "sidak")
+
+
+def test_fisher_z_interval_is_the_textbook_one_and_correlations_carry_it():
+    from fabnb.analysis.curves import metric_correlations
+    from fabnb.core.stats import fisher_z_interval
+
+    lo, hi = fisher_z_interval(0.5, 28)  # z = 0.549 ± 1.96 / 5 -> tanh
+    assert (round(lo, 3), round(hi, 3)) == (0.156, 0.736)
+    assert all(np.isnan(fisher_z_interval(0.5, 3)))
+    rng = np.random.default_rng(0)
+    rows = [{"model": "m", "context_k": float(k), "test_id": f"q{q}", "metric": m, "score": float(rng.uniform())}
+            for k in (1, 2) for q in range(10) for m in ("depth", "relevance", "factuality")]
+    corr = metric_correlations(pd.DataFrame(rows), metrics=["depth", "relevance", "factuality"])
+    assert (corr["r_ci_low"] < corr["r"]).all() and (corr["r"] < corr["r_ci_high"]).all()
+    assert (corr["p_holm"] >= corr["p_value"]).all() and len(corr) == 3
+
+
+def test_mode_gap_claims_a_gap_only_under_holm_over_its_table():
+    """Five rows of a true gap of zero and one clear gap: only the clear one is claimed."""
+    from fabnb.analysis.intervals import mode_gap
+
+    rng = np.random.default_rng(1)
+    rows = []
+    for k in (1, 2, 4, 8, 16, 32):
+        for q in range(12):
+            a = float(rng.uniform(0.3, 0.7))
+            b = a + (0.3 if k == 32 else 0.0) + float(rng.normal(0, 0.05))
+            rows += [{"model": "m", "context_k": float(k), "metric": "depth", "test_id": f"q{q}", "mode": md,
+                      "score": v} for md, v in (("A", a), ("B", min(b, 1.0)))]
+    gap = mode_gap(pd.DataFrame(rows), n_boot=200).query("metric == 'depth'").set_index("context_k")
+    assert gap.loc[32.0, "claimed"] and gap.loc[32.0, "p_holm"] < 0.05
+    assert not gap.drop(index=32.0)["claimed"].any()
+    assert (gap["p_holm"] >= gap["p_value"] - 1e-12).all()

@@ -17,12 +17,13 @@ import numpy as np
 import pandas as pd
 
 from ..core.schema import AVERAGE, METRICS, SCORE_KEYS
-from ..core.scores import ScoreError, at_window, metric_sweep, require_models
+from ..core.scores import ScoreError, at_window, metric_sweep, require_models, with_average
 
-__all__ = ['MIN_CORRELATION_N', 'MIN_FIT_WINDOWS', 'check_averages', 'classify_scaling', 'compare_correlations',
-           'context_to_reach', 'crossovers', 'dilution', 'dual_mode_delta', 'fit_log_curves', 'fit_logistic_curves',
-           'framework_table', 'gain_rates', 'metric_correlations', 'metric_gaps', 'metric_profile', 'metric_slopes',
-           'operating_points', 'predict_log_curve', 'predict_logistic_curve', 'routing_table']
+__all__ = ['MIN_CORRELATION_N', 'MIN_FIT_WINDOWS', 'PLATEAU_DELTA', 'check_averages', 'classify_scaling',
+           'compare_correlations', 'context_to_reach', 'crossovers', 'dilution', 'dual_mode_delta', 'fit_log_curves',
+           'fit_logistic_curves', 'framework_table', 'gain_rates', 'metric_correlations', 'metric_gaps',
+           'metric_profile', 'metric_slopes', 'operating_points', 'predict_log_curve', 'predict_logistic_curve',
+           'routing_table']
 
 #: Windows a curve needs before the report fits it, labels its behaviour or reads operating points and crossovers
 #: from it. A log curve has two parameters: with 5 windows its fit keeps 3 residual degrees of freedom (t = 3.18 for
@@ -311,16 +312,33 @@ def _separated(intervals: pd.DataFrame, metric: str, at_k: float, below: str, ab
     return bool(ahead(below, above, [k for k in ks if k < at_k]) and ahead(above, below, [k for k in ks if k > at_k]))
 
 
-def routing_table(scores: pd.DataFrame, metric: str = AVERAGE, models=None) -> pd.DataFrame:
+def routing_table(scores: pd.DataFrame, metric: str = AVERAGE, models=None, per_question: pd.DataFrame | None = None,
+                  *, ci: float = 0.95, n_boot: int | None = None, seed: int | None = None) -> pd.DataFrame:
     """The best model at each observed context, and the ranges each model wins.
+
+    With ``per_question`` scores (a ``test_id`` column, the same models), a window has a winner only where the
+    leader's paired difference from the runner-up, over the questions both answered, is claimed under the kit's
+    multiple-comparison policy (:data:`fabnb.core.stats.FAMILY_METHOD`: Holm over the table's windows, p < 0.05);
+    its interval is shown at the table's Bonferroni level. Elsewhere ``winner`` reads ``"within noise"`` and the
+    range runs of the winners only.
 
     Returns
     -------
     DataFrame
-        One row per context: context_k, best_model, best_score, runner_up,
-        runner_up_score, margin, and range (``"from-toK"`` of the run of consecutive
-        contexts the same model wins, the routing rule of Section 8.2).
-        Contexts where fewer than two of the models were measured are left out.
+        One row per context: context_k, best_model, best_score, runner_up, runner_up_score, margin, and range
+        (``"from-toK"`` of the run of consecutive contexts the same model wins, the routing rule of Section 8.2).
+        With ``per_question`` also: n (paired questions), margin_ci_low, margin_ci_high (at level ``ci_level``),
+        p_value (paired t), p_holm, winner (the best model, or ``"within noise"``). Contexts where fewer than two
+        of the models were measured are left out.
+
+    Examples
+    --------
+    >>> per = pd.DataFrame({"model": ["a", "b"] * 6, "context_k": 4.0, "metric": "average",
+    ...                     "test_id": [q for q in range(6) for _ in "ab"],
+    ...                     "score": [0.61, 0.60, 0.55, 0.57, 0.70, 0.69, 0.40, 0.42, 0.66, 0.65, 0.5, 0.5]})
+    >>> routing_table(per.groupby(["model", "context_k", "metric"], as_index=False)["score"].mean(),
+    ...               per_question=per)[["best_model", "winner"]].to_dict("records")
+    [{'best_model': 'b', 'winner': 'within noise'}]
     """
     curves = metric_sweep(scores, metric)
     if models is not None:
@@ -337,14 +355,135 @@ def routing_table(scores: pd.DataFrame, metric: str = AVERAGE, models=None) -> p
     table = pd.DataFrame(rows)
     if table.empty:
         return table.assign(range=[])
-    run = (table["best_model"] != table["best_model"].shift()).cumsum()
+    leader = table["best_model"]
+    if per_question is not None:
+        table = _paired_margins(table, per_question, metric, ci, n_boot, seed)
+        leader = table["winner"]
+    run = (leader != leader.shift()).cumsum()
     bounds = table.groupby(run)["context_k"].agg(["min", "max"])
-    table["range"] = [_span(bounds.loc[r, "min"], bounds.loc[r, "max"]) for r in run]
+    table["range"] = [_span(bounds.loc[r, "min"], bounds.loc[r, "max"]) if w != "within noise" else ""
+                      for r, w in zip(run, leader)]
     return table
+
+
+def _paired_margins(table: pd.DataFrame, per_question: pd.DataFrame, metric: str, ci: float, n_boot, seed):
+    """The routing table with each window's leader - runner-up paired over questions, and the winner it carries."""
+    from ..core.stats import N_BOOT, SEED, adjust_pvalues, cell_means, family_level
+
+    level = family_level(ci, len(table))
+    diffs = []
+    for row in table.itertuples(index=False):
+        both = [_question_curves(per_question, metric, m).get(row.context_k) for m in (row.best_model, row.runner_up)]
+        if any(b is None for b in both):
+            continue
+        d = (both[0] - both[1]).dropna()
+        diffs.append(pd.DataFrame({"context_k": row.context_k, "test_id": d.index, "d": d.to_numpy(float)}))
+    cols = ["context_k", "n", "margin_ci_low", "margin_ci_high", "p_value"]
+    paired = (cell_means(pd.concat(diffs), ["context_k"], value="d", n_boot=N_BOOT if n_boot is None else n_boot,
+                         seed=SEED if seed is None else seed, ci=level, bounds=(-1.0, 1.0))
+              .drop(columns="n").rename(columns={"n_clusters": "n", "ci_low": "margin_ci_low",
+                                                 "ci_high": "margin_ci_high"})[cols]
+              if diffs else pd.DataFrame(columns=cols))
+    out = table.merge(paired, on="context_k", how="left")
+    out["p_holm"] = adjust_pvalues(out["p_value"].to_numpy(float))
+    out["ci_level"] = level
+    out["winner"] = np.where(out["p_holm"] < 0.05, out["best_model"], "within noise")
+    return out
 
 
 def _span(lo: float, hi: float) -> str:
     return f"{lo:g}K" if lo == hi else f"{lo:g}-{hi:g}K"
+
+
+def _point_label(k: np.ndarray, y: np.ndarray, log_r2: float, rule: dict) -> tuple[str, str, dict]:
+    """The paper's Section 4.3 rule on one value per window (the published tables): label, deciding clause, and the
+    point statistics."""
+    peak = y.max()
+    start_fraction = y[0] / peak if peak > 0 else float("nan")
+    final_drop = 100.0 * (peak - y[-1]) / peak if peak > 0 else float("nan")
+    earlier = np.flatnonzero(k <= k[-1] / 2.0 + 1e-9)
+    gain = 100.0 * (y[-1] - y[earlier[-1]]) / peak if len(earlier) and peak > 0 else float("nan")
+    stats = {"start_fraction": start_fraction, "final_drop_pct": final_drop, "last_doubling_gain_pct": gain}
+    if start_fraction < rule["cold_start_fraction"]:
+        return "cold-start", f"starts at {start_fraction:.0%} of its peak (< {rule['cold_start_fraction']:.0%})", stats
+    if final_drop > rule["decline_pct"]:
+        return "early saturation", f"ends {final_drop:.1f}% below its peak (> {rule['decline_pct']:g}%)", stats
+    if not np.isnan(gain) and gain < rule["plateau_pct"]:
+        return "early saturation", f"last doubling gained {gain:.1f}% of peak (< {rule['plateau_pct']:g}%)", stats
+    if log_r2 >= rule["min_log_r2"]:
+        return "logarithmic growth", f"no decline, log-curve R² = {log_r2:.3f} (>= {rule['min_log_r2']:g})", stats
+    return "undetermined", f"no decline but log-curve R² = {log_r2:.3f} (< {rule['min_log_r2']:g})", stats
+
+
+def _question_curves(per_question: pd.DataFrame, metric: str, model) -> pd.DataFrame:
+    """One model's per-question scores of ``metric``: a row per question scored at every window (replicates
+    averaged), a column per window, in window order."""
+    rows = per_question[(per_question["model"] == model) & per_question["context_k"].notna()]
+    keys = [c for c in SCORE_KEYS if c in rows.columns] + ["metric"]
+    rows = rows.assign(score=rows["score"].astype(float)).groupby(keys, dropna=False)["score"].mean().reset_index()
+    if metric == AVERAGE and not (rows["metric"] == AVERAGE).any():
+        rows = with_average(rows)
+    wide = rows[rows["metric"] == metric].pivot_table(index="test_id", columns="context_k", values="score")
+    return wide.sort_index(axis=1).dropna()
+
+
+def _evidence(q: pd.DataFrame, ci: float, n_boot: int, seed: int) -> pd.DataFrame:
+    """Per-question statistics of one curve with their intervals (:func:`fabnb.core.stats.cell_means`, over the
+    questions): ``slope`` (each question's OLS slope on ln context: the curve's slope, clustered by question),
+    ``whole`` (last window - first), ``last`` (last window - the largest window at most half of it: the last
+    doubling), and one row per window (its mean)."""
+    from ..core.stats import cell_means
+
+    ks = q.columns.to_numpy(float)
+    xc = np.log(ks) - np.log(ks).mean()
+    values = q.to_numpy(float)
+    half = ks[np.flatnonzero(ks <= ks[-1] / 2.0 + 1e-9)[-1]] if (ks <= ks[-1] / 2.0 + 1e-9).any() else ks[0]
+    parts = {"slope": values @ xc / (xc @ xc), "whole": q[ks[-1]] - q[ks[0]], "last": q[ks[-1]] - q[half]}
+    parts.update({f"window {k:g}": q[k] for k in ks})
+    long = pd.concat([pd.DataFrame({"what": name, "test_id": q.index, "v": np.asarray(v, float)})
+                      for name, v in parts.items()], ignore_index=True)
+    return cell_means(long, ["what"], value="v", n_boot=n_boot, seed=seed, ci=ci).set_index("what")
+
+
+def _inside(row: pd.Series, delta: float) -> bool:
+    return bool(pd.notna(row["ci_low"]) and -delta <= row["ci_low"] and row["ci_high"] <= delta)
+
+
+def _shown(row: pd.Series) -> str:
+    if pd.isna(row["ci_low"]):
+        return f"{row['mean']:+.3f} ({row['method']})"
+    return f"{row['mean']:+.3f} [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]"
+
+
+def _evidence_label(ev: pd.DataFrame, ks: np.ndarray, delta: float, cold_start_fraction: float) -> tuple[str, str]:
+    """The label a curve's intervals carry, and the clause that decided it (see :func:`classify_scaling`)."""
+    slope, whole, last = ev.loc["slope"], ev.loc["whole"], ev.loc["last"]
+    first, windows = ev.loc[f"window {ks[0]:g}"], ev.loc[[f"window {k:g}" for k in ks]]
+    peak = windows.loc[windows["mean"].idxmax()]
+    if int(slope["n_clusters"]) < 2:
+        return "undetermined", "one question scored at every window: no interval, so no label"
+    bounded = pd.notna(first["ci_high"]) and pd.notna(peak["ci_low"])
+    if bounded and first["ci_high"] < cold_start_fraction * peak["ci_low"]:
+        return "cold-start", (f"the first window's interval ends at {first['ci_high']:.3f}, below "
+                              f"{cold_start_fraction:.0%} of the peak's lower bound ({peak['ci_low']:.3f})")
+    if pd.notna(last["ci_high"]) and last["ci_high"] < 0:
+        return "decline", f"the last doubling lost {_shown(last)}, its interval below 0"
+    if _inside(whole, delta):
+        return "flat (no context effect)", f"the whole sweep's gain {_shown(whole)} lies inside ±{delta:g}"
+    if pd.notna(slope["ci_low"]) and slope["ci_low"] > 0:
+        if _inside(last, delta):
+            return "early saturation", (f"grew (slope {_shown(slope)} above 0), then the last doubling's gain "
+                                        f"{_shown(last)} lies inside ±{delta:g}")
+        return "logarithmic growth", f"the slope per ln(context) {_shown(slope)} lies above 0"
+    return "undetermined", (f"no interval decides: slope {_shown(slope)}, last doubling {_shown(last)}, whole "
+                            f"sweep {_shown(whole)} (a plateau or flat curve needs its interval inside ±{delta:g})")
+
+
+#: The smallest change of a 0-1 score the scaling labels count as a context effect (half a point of the judge's
+#: 0-10 scale): a plateau is a last doubling whose gain's interval lies inside ±PLATEAU_DELTA, a flat curve one whose
+#: whole sweep's does (an equivalence test, Schuirmann 1987, with the family's interval). ``classify_scaling(delta=)``
+#: sets another.
+PLATEAU_DELTA = 0.05
 
 
 def classify_scaling(
@@ -356,20 +495,35 @@ def classify_scaling(
     plateau_pct: float = 2.0,
     min_log_r2: float = 0.85,
     min_windows: int = MIN_FIT_WINDOWS,
+    delta: float = PLATEAU_DELTA,
+    ci: float = 0.95,
+    n_boot: int | None = None,
+    seed: int | None = None,
 ) -> pd.DataFrame:
-    """Label each model's curve as Section 4.3 does, by a stated rule.
+    """Label each model's curve: by its intervals over questions where the scores are per question, by Section
+    4.3's point rule on the published tables' cell means.
 
-    The rule, applied in this order (thresholds are parameters):
+    **Per-question scores** (a ``test_id`` column): a label only with evidence, each statistic a mean over the
+    questions scored at every window with its interval (:func:`fabnb.core.stats.cell_means`), at the family level
+    of the table (:func:`fabnb.core.stats.family_level`: ``ci`` shared by the curves labelled, Bonferroni):
 
-    1. **cold-start (S-curve)**: the score at the smallest context is below
-       ``cold_start_fraction`` (60%) of the model's peak: the model needs context
-       before it can answer at all ("poor initial performance", Section 4.3).
-    2. **early saturation**: the final score is more than ``decline_pct`` (1%)
-       below the peak, or the last doubling of context gained less than
-       ``plateau_pct`` (2%) of the peak.
-    3. **logarithmic growth**: otherwise, if the log curve explains the sweep
-       (R² >= ``min_log_r2``, 0.85).
-    4. **undetermined**: anything else.
+    1. **cold-start**: the first window's interval lies below ``cold_start_fraction`` (60%) of the peak window's;
+    2. **decline**: the last doubling's gain (last window minus the largest window at most half of it) has its
+       interval below 0;
+    3. **flat (no context effect)**: the whole sweep's gain (last window minus first) has its interval inside
+       ±``delta`` (:data:`PLATEAU_DELTA`, an equivalence test);
+    4. **early saturation**: the slope on ln(context) (each question's, averaged) has its interval above 0, and the
+       last doubling's gain lies inside ±``delta``;
+    5. **logarithmic growth**: the slope's interval lies above 0 (and the last doubling did not plateau);
+    6. **undetermined**: anything else, with the intervals in the rule.
+
+    Simulated (benchmarks/bench_coverage.py, docs/statistics.md), a flat curve gets a growth, decline or
+    saturation label in at most 5% of studies at any number of questions.
+
+    **One value per window** (the published tables, no ``test_id``): the paper's rule on points, in this order:
+    cold-start if the first score is below ``cold_start_fraction`` of the peak; early saturation if the final score is
+    more than ``decline_pct`` (1%) below the peak or the last doubling gained less than ``plateau_pct`` (2%) of it;
+    logarithmic growth if the log curve's R² >= ``min_log_r2`` (0.85); else undetermined.
 
     A curve with fewer than ``min_windows`` contexts (:data:`MIN_FIT_WINDOWS`) gets no label:
     ``"not enough windows"``, its rule saying how many it has of how many a label needs.
@@ -377,9 +531,11 @@ def classify_scaling(
     Returns
     -------
     DataFrame
-        One row per model: model, metric, label, start_fraction, final_drop_pct,
-        last_doubling_gain_pct, log_r2, logistic_r2, s_curve_preferred (the S-curve's
-        AIC is lower than the log curve's by more than 2), rule (the deciding clause).
+        One row per model: model, metric, label, rule (the deciding clause), evidence (``"intervals"`` or
+        ``"points"``), start_fraction, final_drop_pct, last_doubling_gain_pct, log_r2, logistic_r2,
+        s_curve_preferred (the S-curve's AIC lower than the log curve's by more than 2); with per-question scores
+        also n_questions, ci (the level of each interval), slope, slope_ci_low, slope_ci_high, last_gain,
+        last_gain_ci_low, last_gain_ci_high, whole_gain, whole_gain_ci_low, whole_gain_ci_high.
 
     Examples
     --------
@@ -388,41 +544,56 @@ def classify_scaling(
     >>> labels.set_index("model")["label"].to_dict()  # doctest: +NORMALIZE_WHITESPACE
     {'DeepSeek-v3.2-Exp': 'logarithmic growth', 'Gemini-2.5-Flash': 'cold-start',
      'Qwen-2.5-72B-Instruct': 'early saturation', 'Qwen-Plus': 'early saturation'}
+
+    Per question, a curve flat in truth is not given a shape:
+
+    >>> rng = np.random.default_rng(0)
+    >>> flat = pd.DataFrame([{"model": "m", "context_k": k, "metric": "depth", "test_id": q,
+    ...                       "score": 0.6 + rng.normal(0, 0.02) + 0.2 * (q % 2)}
+    ...                      for q in range(40) for k in (1, 2, 4, 8, 16)])
+    >>> classify_scaling(flat, "depth")["label"].item()
+    'flat (no context effect)'
     """
+    from ..core.stats import N_BOOT, SEED, family_level
+
+    per_question = scores if "test_id" in scores.columns else None
+    if per_question is not None:
+        keys = [c for c in SCORE_KEYS if c in scores.columns and c != "test_id"] + ["metric"]
+        means = scores.assign(score=scores["score"].astype(float)).groupby(keys, dropna=False)["score"].mean()
+        scores = means.reset_index()
+        if metric == AVERAGE and not (scores["metric"] == AVERAGE).any():
+            scores = with_average(scores)
     curves = metric_sweep(scores, metric)
     log = fit_log_curves(curves, metric).set_index("model")
     logistic = fit_logistic_curves(curves, metric).set_index("model")
+    needs = max(min_windows, 3)
+    labelled = (curves.groupby("model", sort=False)["context_k"].nunique() >= needs).sum()
+    level = family_level(ci, labelled)
+    point_rule = {"cold_start_fraction": cold_start_fraction, "decline_pct": decline_pct, "plateau_pct": plateau_pct,
+                  "min_log_r2": min_log_r2}
     rows = []
     for model, g in curves.groupby("model", sort=False):
-        k = g["context_k"].to_numpy(float)
-        y = g["score"].to_numpy(float)
-        peak = y.max()
-        start_fraction = y[0] / peak if peak > 0 else float("nan")
-        final_drop = 100.0 * (peak - y[-1]) / peak if peak > 0 else float("nan")
-        half = k[-1] / 2.0
-        earlier = np.flatnonzero(k <= half + 1e-9)
-        gain = 100.0 * (y[-1] - y[earlier[-1]]) / peak if len(earlier) and peak > 0 else float("nan")
-        log_r2 = log.loc[model, "r_squared"]
-        s_r2 = logistic.loc[model, "r_squared"]
-        s_better = bool(logistic.loc[model, "status"] == "fitted"
-                        and logistic.loc[model, "aic"] < log.loc[model, "aic"] - 2)
-        if len(np.unique(k)) < max(min_windows, 3):
-            label, rule = ("not enough windows",
-                           f"not enough windows to fit ({len(np.unique(k))} of {max(min_windows, 3)})")
-        elif start_fraction < cold_start_fraction:
-            label, rule = "cold-start", f"starts at {start_fraction:.0%} of its peak (< {cold_start_fraction:.0%})"
-        elif final_drop > decline_pct:
-            label, rule = "early saturation", f"ends {final_drop:.1f}% below its peak (> {decline_pct:g}%)"
-        elif not np.isnan(gain) and gain < plateau_pct:
-            label, rule = "early saturation", f"last doubling gained {gain:.1f}% of peak (< {plateau_pct:g}%)"
-        elif log_r2 >= min_log_r2:
-            label, rule = "logarithmic growth", f"no decline, log-curve R² = {log_r2:.3f} (>= {min_log_r2:g})"
-        else:
-            label, rule = "undetermined", f"no decline but log-curve R² = {log_r2:.3f} (< {min_log_r2:g})"
-        rows.append({"model": model, "metric": metric, "label": label, "start_fraction": start_fraction,
-                     "final_drop_pct": final_drop, "last_doubling_gain_pct": gain, "log_r2": log_r2,
-                     "logistic_r2": s_r2, "s_curve_preferred": s_better, "rule": rule})
-    return pd.DataFrame(rows)
+        k, y = g["context_k"].to_numpy(float), g["score"].to_numpy(float)
+        label, rule, point_stats = _point_label(k, y, log.loc[model, "r_squared"], point_rule)
+        row = {"model": model, "metric": metric, "evidence": "points", **point_stats,
+               "log_r2": log.loc[model, "r_squared"], "logistic_r2": logistic.loc[model, "r_squared"],
+               "s_curve_preferred": bool(logistic.loc[model, "status"] == "fitted"
+                                         and logistic.loc[model, "aic"] < log.loc[model, "aic"] - 2)}
+        if per_question is not None:
+            q = _question_curves(per_question, metric, model)
+            row.update(evidence="intervals", n_questions=len(q), ci=level)
+            if len(q.columns) >= needs and len(q):
+                ev = _evidence(q, level, N_BOOT if n_boot is None else n_boot, SEED if seed is None else seed)
+                label, rule = _evidence_label(ev, q.columns.to_numpy(float), delta, cold_start_fraction)
+                for name, col in (("slope", "slope"), ("last", "last_gain"), ("whole", "whole_gain")):
+                    row.update({col: ev.loc[name, "mean"], f"{col}_ci_low": ev.loc[name, "ci_low"],
+                                f"{col}_ci_high": ev.loc[name, "ci_high"]})
+        if len(np.unique(k)) < needs:
+            label, rule = "not enough windows", f"not enough windows to fit ({len(np.unique(k))} of {needs})"
+        rows.append({**row, "label": label, "rule": rule})
+    first = ["model", "metric", "label", "rule", "evidence"]
+    out = pd.DataFrame(rows)
+    return out[first + [c for c in out.columns if c not in first]] if len(out) else out
 
 
 def gain_rates(scores: pd.DataFrame, model: str, spans, metric: str = AVERAGE) -> pd.DataFrame:
@@ -518,7 +689,9 @@ def metric_correlations(
     -------
     DataFrame
         group ("all" when pooled), metric_a, metric_b (each unordered pair once, in
-        metric order), method, r, p_value, n, enough (n >= ``min_n``).
+        metric order), method, r, r_ci_low, r_ci_high (95%, Fisher z: :func:`fabnb.core.stats.fisher_z_interval`,
+        unadjusted), p_value, n, enough (n >= ``min_n``), p_holm (Holm over the group's pairs, one family:
+        :data:`fabnb.core.stats.FAMILY_METHOD`).
 
     Examples
     --------
@@ -529,6 +702,8 @@ def metric_correlations(
     [1.0]
     """
     from scipy import stats
+
+    from ..core.stats import adjust_pvalues, fisher_z_interval
 
     test = {"pearson": stats.pearsonr, "spearman": stats.spearmanr}.get(method)
     if test is None:
@@ -551,10 +726,14 @@ def metric_correlations(
                 r, p = float("nan"), float("nan")
             else:
                 r, p = test(pair[a], pair[b])
+            lo, hi = fisher_z_interval(float(r), len(pair))
             rows.append({"group": name, "metric_a": a, "metric_b": b, "method": method,
-                         "r": float(r), "p_value": float(p), "n": len(pair),
+                         "r": float(r), "r_ci_low": lo, "r_ci_high": hi, "p_value": float(p), "n": len(pair),
                          "enough": bool(len(pair) >= min_n and not math.isnan(float(r)))})
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    # One table, one family: the pairs of a group (15 for six metrics) are adjusted together, Holm.
+    out["p_holm"] = out.groupby("group", sort=False)["p_value"].transform(lambda p: adjust_pvalues(p.to_numpy(float)))
+    return out
 
 
 def compare_correlations(computed: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..core.schema import SCORE_KEYS
 from ..core.scores import ScoreError, with_average
-from ..core.stats import N_BOOT, SEED, cell_means, shown_interval
+from ..core.stats import N_BOOT, SEED, adjust_pvalues, cell_means, shown_interval
 from .curves import dual_mode_delta
 
 __all__ = ["MIN_ORDER_QUESTIONS", "DifficultyOrder", "difficulty_order", "mean_intervals", "mode_gap"]
@@ -91,8 +91,10 @@ def mode_gap(scores: pd.DataFrame, *, n_boot: int | None = None, seed: int | Non
     -------
     DataFrame
         The key columns without mode and test_id, metric, n (paired questions), score_a, score_b,
-        delta (mean of B - A), ci_low, ci_high, b_better (share of questions where B scored higher),
-        ties (share where equal).
+        delta (mean of B - A), ci_low, ci_high (unadjusted, at ``ci``), method, b_better (share of questions where B
+        scored higher), ties (share where equal), p_value (paired t), p_holm (Holm over the rows of the same metric:
+        one table, one family, :data:`fabnb.core.stats.FAMILY_METHOD`), claimed (p_holm < 0.05: the gap the
+        report states).
 
     Examples
     --------
@@ -105,7 +107,8 @@ def mode_gap(scores: pd.DataFrame, *, n_boot: int | None = None, seed: int | Non
     per = dual_mode_delta(_per_question(scores))
     per = per[per["paired"]]
     by = [c for c in SCORE_KEYS if c in per.columns and c not in ("mode", "test_id")] + ["metric"]
-    columns = [*by, "n", "score_a", "score_b", "delta", "ci_low", "ci_high", "method", "b_better", "ties"]
+    columns = [*by, "n", "score_a", "score_b", "delta", "ci_low", "ci_high", "method", "b_better", "ties", "p_value",
+               "p_holm", "claimed"]
     if per.empty:
         return pd.DataFrame(columns=columns)
     boot = cell_means(per, by, value="delta", n_boot=N_BOOT if n_boot is None else n_boot,
@@ -114,7 +117,10 @@ def mode_gap(scores: pd.DataFrame, *, n_boot: int | None = None, seed: int | Non
         by, dropna=False).agg(score_a=("score_a", "mean"), score_b=("score_b", "mean"),
                               b_better=("b_better", "mean"), ties=("ties", "mean")).reset_index()
     out = boot.rename(columns={"mean": "delta"}).drop(columns="n").rename(columns={"n_clusters": "n"})
-    return out.merge(sides, on=by, how="left")[columns]
+    out = out.merge(sides, on=by, how="left")
+    out["p_holm"] = out.groupby("metric")["p_value"].transform(lambda p: adjust_pvalues(p.to_numpy(float)))
+    out["claimed"] = out["p_holm"] < 0.05
+    return out[columns]
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import pandas as pd
 
 from .. import __version__
 from ..core.schema import AVERAGE, METRIC_LABELS, SCORE_KEYS
-from ..core.scores import with_average
+from ..core.scores import ScoreError, with_average
 from ..data import published
 from . import curves as A
 from . import plots
@@ -225,6 +225,9 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
     is_paper = scores is None
     data = published.scores() if is_paper else scores
     stats = {"n_boot": n_boot, "seed": seed}
+    has_flags = "flagged" in data.columns
+    if has_flags:  # per-question scores of a run, each marked where it raised a judge sanity flag
+        data, flags, unflagged = _without_flagged(out, data, source, min_windows, stats)
     modes = sorted(set(data["mode"].dropna())) if "mode" in data.columns else []
     gap = None
     if len(modes) > 1:
@@ -256,22 +259,109 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
                    "fabnb/data/published." if is_paper else f"{source or 'a score frame'}."))
     if not formats:
         report.text("Figures were not drawn for this report (figures = []); the tables below hold their numbers.")
+    if has_flags:
+        report.text(_flag_line(flags, unflagged))
     drawn = _Figures(figs, formats, report)
     claims = _claims_section(report, data, tabs) if is_paper else None
     if intervals is not None:
         _interval_section(report, intervals, tabs)
     if gap is not None:
         _mode_gap_section(report, gap, others, drawn, tabs)
-    _scaling_section(report, sweeps, primary, drawn, tabs, 3 if is_paper else min_windows, intervals)
-    _crossover_section(report, main, primary, tabs, 3 if is_paper else min_windows, intervals)
+    _scaling_section(report, sweeps, primary, drawn, tabs, 3 if is_paper else min_windows, intervals,
+                     per_question, stats)
+    _crossover_section(report, main, primary, tabs, 3 if is_paper else min_windows, intervals, per_question, stats)
     _diagnostics_section(report, main, sweeps, primary, is_paper, drawn, tabs, intervals)
     _framework_section(report, data[data["context_k"].isna()], drawn, tabs)
     _consistency_section(report, data, tabs)
+    if has_flags and int(flags["flagged"].sum()):
+        _flag_section(report, flags, unflagged, tabs)
     (out / "report.md").write_text(report.markdown(), encoding="utf-8")
     (out / "report.html").write_text(report.html(), encoding="utf-8")
     drawn_files = sorted(figs.glob(f"*.{formats[0]}")) if formats else []
     return Reproduction(out, out / "report.md", out / "report.html", drawn_files,
                         sorted(tabs.glob("*.csv")), claims)
+
+
+def _without_flagged(out: Path, data: pd.DataFrame, source: str | None, min_windows: int, stats: dict):
+    """The scores without their ``flagged`` column, the flags counted per system, and the whole report again
+    without the flagged scores in ``out/without-flagged`` (None when too little is left)."""
+    marked = data["flagged"].fillna(False).astype(bool)
+    data = data.drop(columns="flagged")
+    unflagged = None
+    if marked.any() and (~marked).any():
+        try:
+            unflagged = reproduce(out / "without-flagged", data[~marked],
+                                  f"{source or 'a score frame'}, without its flagged scores", (),
+                                  min_windows=min_windows, **stats)
+        except (ScoreError, ValueError, KeyError, IndexError):
+            unflagged = None  # too little left to analyse: the flag section says so
+    return data, _flag_counts(data.assign(flagged=marked)), unflagged
+
+
+def _flag_counts(data: pd.DataFrame) -> pd.DataFrame:
+    """Per system (model) and mode: the per-question scores, those flagged, and their share."""
+    keys = [c for c in ("model", "mode") if c in data.columns]
+    counts = data.groupby(keys, dropna=False)["flagged"].agg(scores="size", flagged="sum").reset_index()
+    return counts.assign(share=(counts["flagged"] / counts["scores"]).round(3))
+
+
+def _flag_line(flags: pd.DataFrame, unflagged) -> str:
+    total, flagged = int(flags["scores"].sum()), int(flags["flagged"].sum())
+    if not flagged:
+        return "**Judge sanity flags**: none of the scores raised one (fabnb.judge.sanity)."
+    worst = flags.sort_values("share", ascending=False).iloc[0]
+    return (f"**Judge sanity flags**: {flagged:,} of {total:,} per-question scores ({flagged / total:.0%}) raised one "
+            f"(most: {worst['model']}, {worst['share']:.0%} of its scores). Every table below counts them; the last "
+            "section says, table by table, what changes without them"
+            + (" (the full tables: [without-flagged/report.md](without-flagged/report.md))." if unflagged else
+               "; without them nothing is left to analyse."))
+
+
+def _changed(ours: Path, theirs: Path, name: str, key: list, value: str) -> str | None:
+    """How many rows of table ``name`` change ``value`` between two reports' tables (matched on ``key``); for a
+    number, the largest change."""
+    def read(path: Path) -> pd.DataFrame:
+        try:
+            return pd.read_csv(path) if path.exists() else pd.DataFrame()
+        except pd.errors.EmptyDataError:
+            return pd.DataFrame()
+
+    x, y = read(ours / f"{name}.csv"), read(theirs / f"{name}.csv")
+    if x.empty:
+        return None
+    if y.empty:
+        return f"{len(x)} rows here, none without them"
+    if value not in x.columns or value not in y.columns or not set(key) <= set(x.columns) & set(y.columns):
+        return None
+    both = x[key + [value]].merge(y[key + [value]], on=key, how="outer", suffixes=("", "_without"))
+    if pd.api.types.is_numeric_dtype(both[value]) and pd.api.types.is_numeric_dtype(both[f"{value}_without"]):
+        moved = (both[f"{value}_without"] - both[value]).abs()
+        return (f"{int(moved.notna().sum())} of {len(both)} in both, the largest change {moved.max():.3f}"
+                if moved.notna().any() else None)
+    diff = both[value].astype(str) != both[f"{value}_without"].astype(str)
+    return f"{int(diff.sum())} of {len(both)} change"
+
+
+def _flag_section(report: Report, flags: pd.DataFrame, unflagged, tabs: Path) -> None:
+    """The judge's sanity flags per system, and each decision of this report recomputed without flagged scores."""
+    _save_table(flags, tabs, "flag_counts")
+    report.heading("Judge sanity flags: each table without them")
+    report.table(flags, "Per-question scores raising a judge sanity flag (fabnb.judge.sanity), per system and mode")
+    if unflagged is None:
+        report.text("Without the flagged scores too little is left to analyse: every decision above rests on them.")
+        return
+    theirs = unflagged.out_dir / "tables"
+    lines = []
+    for name, key, value, what in (("mean_intervals", ["model", "context_k", "metric"], "mean", "means"),
+                                   ("scaling_labels", ["model"], "label", "scaling labels"),
+                                   ("routing", ["context_k"], "winner", "window winners"),
+                                   ("mode_gap", ["model", "context_k", "metric"], "claimed", "B - A claims")):
+        changed = _changed(tabs, theirs, name, key, value)
+        if changed:
+            lines.append(f"- {what} ({name}.csv): {changed}")
+    report.text("Without the flagged scores ([without-flagged/report.md](without-flagged/report.md), its tables in "
+                "without-flagged/tables/):\n" + "\n".join(lines) if lines else
+                "Without the flagged scores no table above has a row to compare.")
 
 
 def _interval_section(report: Report, intervals: pd.DataFrame, tabs: Path) -> None:
@@ -328,9 +418,10 @@ def _claims_section(report: Report, data: pd.DataFrame, tabs: Path) -> pd.DataFr
 
 
 def _scaling_section(report: Report, sweeps: pd.DataFrame, primary: list, figs: _Figures, tabs: Path,
-                     min_windows: int, intervals: pd.DataFrame | None) -> None:
+                     min_windows: int, intervals: pd.DataFrame | None, per_question: pd.DataFrame | None = None,
+                     stats: dict | None = None) -> None:
     """Context scaling (Section 4, Figure 3): log and S-curve fits, labels, operating points; only for curves with
-    ``min_windows`` windows or more."""
+    ``min_windows`` windows or more. Labels from ``per_question`` scores (where given) need their intervals."""
     report.heading("Context scaling (Section 4, Figure 3)")
     windows = sweeps.groupby("model", sort=False)["context_k"].nunique()
     fitted = sweeps[sweeps["model"].map(windows) >= min_windows]
@@ -343,7 +434,8 @@ def _scaling_section(report: Report, sweeps: pd.DataFrame, primary: list, figs: 
                     "intervals.")
     log_fits = A.fit_log_curves(fitted)
     logistic_fits = A.fit_logistic_curves(fitted)
-    labels = A.classify_scaling(sweeps, min_windows=min_windows)
+    labelled = sweeps if per_question is None else per_question[per_question["context_k"].notna()]
+    labels = A.classify_scaling(labelled, min_windows=min_windows, **(stats or {}))
     points = A.operating_points(fitted)
     for name, frame in (("log_fits", log_fits), ("logistic_fits", logistic_fits),
                         ("scaling_labels", labels), ("operating_points", points)):
@@ -375,15 +467,29 @@ def _scaling_section(report: Report, sweeps: pd.DataFrame, primary: list, figs: 
         report.table(log_fits[["model", "n_points", "intercept", "slope", "slope_ci_low", "slope_ci_high",
                                "r_squared", "status", "reason"]],
                      "Log-curve fits: score = intercept + slope x ln(context_k), 95% CI")
-    report.table(labels[["model", "label", "rule", "start_fraction", "final_drop_pct", "log_r2", "logistic_r2",
-                         "s_curve_preferred"]], "Scaling behaviour by the rule of analysis.classify_scaling")
+    if per_question is None:
+        report.table(labels[["model", "label", "rule", "start_fraction", "final_drop_pct", "log_r2", "logistic_r2",
+                             "s_curve_preferred"]],
+                     "Scaling behaviour by the paper's point rule (analysis.classify_scaling on one "
+                     "value per window: no per-question scores, so no interval)")
+    else:
+        level = labels["ci"].dropna()
+        report.text(f"A label only where the intervals carry it (analysis.classify_scaling): each interval over the "
+                    f"questions scored at every window, at {level.iloc[0]:.1%} each "
+                    f"({len(labels)} curves, Bonferroni: 95% for the table) where any is drawn; a plateau or a "
+                    f"flat curve needs its gain's interval inside ±{A.PLATEAU_DELTA:g}; anything else is "
+                    "\"undetermined\"." if len(level) else "No curve has questions scored at every window.")
+        report.table(labels[[c for c in ("model", "label", "rule", "n_questions", "slope", "slope_ci_low",
+                                         "slope_ci_high", "log_r2", "s_curve_preferred") if c in labels.columns]],
+                     "Scaling behaviour, from intervals over questions")
     if len(points):
         report.table(points.drop(columns=["metric", "fraction"]),
                      "Operating points (90% of peak; half-way = critical mass)")
 
 
 def _crossover_section(report: Report, main: pd.DataFrame, primary: list, tabs: Path, min_windows: int,
-                       intervals: pd.DataFrame | None) -> None:
+                       intervals: pd.DataFrame | None, per_question: pd.DataFrame | None = None,
+                       stats: dict | None = None) -> None:
     """Crossovers and routing (Section 8.2): crossings of curves with ``min_windows`` windows or more; with
     intervals, claimed only where the curves' intervals separate on both sides."""
     report.heading("Crossovers and routing (Section 8.2)")
@@ -395,7 +501,8 @@ def _crossover_section(report: Report, main: pd.DataFrame, primary: list, tabs: 
             for method in ("observed", "log_fit"):
                 cross.append(A.crossovers(main, a, b, method=method, intervals=intervals))
     cross = pd.concat(cross, ignore_index=True) if cross else pd.DataFrame()
-    routing = A.routing_table(main) if len(primary) > 1 else pd.DataFrame()
+    paired = per_question[per_question["model"].isin(primary)] if per_question is not None else None
+    routing = A.routing_table(main, per_question=paired, **(stats or {})) if len(primary) > 1 else pd.DataFrame()
     _save_table(cross, tabs, "crossovers")
     _save_table(routing, tabs, "routing")
     if len(primary) < 2:
@@ -408,6 +515,13 @@ def _crossover_section(report: Report, main: pd.DataFrame, primary: list, tabs: 
         report.text(f"{noise} of {len(cross)} crossings lie within the noise (the two curves' intervals do not "
                     "separate on both sides) and are not claimed; the column separated says which.")
     report.table(cross, "Where two models' curves cross (observed: interpolated in ln context; log_fit: fitted curves)")
+    if "winner" in routing.columns:
+        won = int((routing["winner"] != "within noise").sum())
+        report.text(f"A window has a winner where the leader's paired difference from the runner-up, over the "
+                    f"questions both answered, is claimed: Holm over the table's {len(routing)} windows, p < 0.05 "
+                    f"(fabnb.core.stats.FAMILY_METHOD); its interval is at {routing['ci_level'].iloc[0]:.1%} "
+                    f"(Bonferroni). {won} of {len(routing)} windows have one"
+                    + ("; route by the winners only." if won else "; nothing here supports a routing rule."))
     report.table(routing, "Best model per context window, and the runs each wins")
 
 
@@ -465,11 +579,14 @@ def _correlation_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFram
                   "scale.", lambda: plots.plot_correlations(pearson))
         shown = pearson.assign(r=pearson["r"].where(pearson["enough"]),
                                p_value=pearson["p_value"].where(pearson["enough"]),
-                               shown=[f"{r:+.2f} (n = {n}, p = {p:.3g})" if ok else f"too few (n = {n})"
-                                      for r, n, p, ok in zip(pearson["r"], pearson["n"], pearson["p_value"],
-                                                             pearson["enough"])])
-        report.table(shown[["metric_a", "metric_b", "shown", "r", "p_value", "n"]],
-                     "Pooled Pearson correlations with n and p-values")
+                               shown=[f"{r:+.2f} [{lo:+.2f}, {hi:+.2f}] (n = {n}, Holm p = {p:.3g})" if ok
+                                      else f"too few (n = {n})" for r, lo, hi, n, p, ok in
+                                      zip(pearson["r"], pearson["r_ci_low"], pearson["r_ci_high"], pearson["n"],
+                                          pearson["p_holm"], pearson["enough"])])
+        report.table(shown[["metric_a", "metric_b", "shown", "r", "p_value", "p_holm", "n"]],
+                     f"Pooled Pearson correlations: r [95% Fisher-z interval, unadjusted] with n and p; the "
+                     f"{len(pearson)} pairs are one family, Holm-adjusted (docs/statistics.md). The configurations "
+                     "share questions and systems, so they are not independent draws: read p as a screen.")
         return
     comparison = A.compare_correlations(pearson, published.correlations())
     comparison["r_computed_all_39"] = A.compare_correlations(
@@ -517,6 +634,9 @@ def _consistency_section(report: Report, data: pd.DataFrame, tabs: Path) -> None
                 "Critical mass: first context covering half the way from the first score to the peak. "
                 "Context at 90% of peak: first tabulated context reaching it (interpolated value beside it). "
                 "Crossover: sign change of the score difference, interpolated linearly in ln(context). "
-                "Scaling labels: cold-start if the first score is below 60% of the peak; early saturation if the "
-                "final score is more than 1% below the peak or the last doubling gained less than 2% of the peak; "
-                "logarithmic growth if neither and the log curve's R² >= 0.85.")
+                "Scaling labels of per-question scores: by intervals over questions (analysis.classify_scaling: "
+                "cold-start, decline, flat, early saturation or logarithmic growth only where an interval carries it, "
+                "else undetermined). Scaling labels of the published cell means: cold-start if the first score is "
+                "below 60% of the peak; early saturation if the final score is more than 1% below the peak or the "
+                "last doubling gained less than 2% of the peak; logarithmic growth if neither and the log curve's "
+                "R² >= 0.85.")

@@ -9,6 +9,9 @@
   interval on question means below :data:`BOOTSTRAP_FROM` questions, where the percentile bootstrap undercovers;
   :func:`bootstrap_means`, a seeded percentile bootstrap that resamples questions, from there on; "no spread" for a
   constant sample), paired where the values are per-question differences;
+- many comparisons at once: :func:`adjust_pvalues` (Holm, Benjamini-Hochberg) and :func:`family_level` (the
+  Bonferroni level a family's intervals are shown at), the one multiple-comparison policy (:data:`FAMILY_METHOD`);
+- correlations: :func:`fisher_z_interval`;
 - proportions: :func:`wilson_interval`, whose bounds always contain the estimate
   (statsmodels' formula can land 1e-16 past it at 0 of n or n of n).
 
@@ -30,8 +33,9 @@ import math
 import numpy as np
 import pandas as pd
 
-__all__ = ["BOOTSTRAP_FROM", "bootstrap_group_diff", "bootstrap_means", "bootstrap_rate_diff", "cell_means", "icc",
-           "krippendorff_alpha", "mcnemar_paired", "ppi_mean", "shown_interval", "weighted_kappa", "wilson_interval"]
+__all__ = ["BOOTSTRAP_FROM", "FAMILY_METHOD", "adjust_pvalues", "bootstrap_group_diff", "bootstrap_means",
+           "bootstrap_rate_diff", "cell_means", "family_level", "fisher_z_interval", "icc", "krippendorff_alpha",
+           "mcnemar_paired", "ppi_mean", "shown_interval", "weighted_kappa", "wilson_interval"]
 
 
 def wilson_interval(successes: int, n: int, ci: float = 0.95) -> tuple[float, float]:
@@ -368,6 +372,17 @@ def _t_interval(values: np.ndarray, ci: float) -> tuple[float, float]:
     return float(values.mean() - half), float(values.mean() + half)
 
 
+def _t_p_value(values: np.ndarray) -> float:
+    """Two-sided p of Student's one-sample t test of mean 0 (a paired test when the values are differences); NaN
+    for fewer than 2 values or no spread (t is undefined)."""
+    from scipy.stats import t
+
+    if len(values) < 2 or np.ptp(values) == 0:
+        return float("nan")
+    stat = values.mean() / (values.std(ddof=1) / math.sqrt(len(values)))
+    return float(2 * t.sf(abs(stat), len(values) - 1))
+
+
 def cell_means(frame: pd.DataFrame, by, value: str = "score", cluster: str = "test_id", *, n_boot: int = N_BOOT,
                seed: int = SEED, ci: float = 0.95, bounds: tuple[float, float] | None = None) -> pd.DataFrame:
     """Mean of ``value`` per group with the interval its sample supports: the one place that chooses it.
@@ -387,7 +402,8 @@ def cell_means(frame: pd.DataFrame, by, value: str = "score", cluster: str = "te
     -------
     DataFrame
         The ``by`` columns, mean, ci_low, ci_high, n (values averaged), n_clusters, method (``t``, ``bootstrap``,
-        ``no spread`` or ``one question``).
+        ``no spread`` or ``one question``), p_value (Student's t test of mean 0 over the question means: for
+        differences, the paired test a decision under :func:`adjust_pvalues` uses; NaN without spread).
 
     Examples
     --------
@@ -406,10 +422,11 @@ def cell_means(frame: pd.DataFrame, by, value: str = "score", cluster: str = "te
     present[value] = pd.to_numeric(present[value], errors="coerce")
     per_question = present[present[value].notna()].groupby([*by, cluster], dropna=False, sort=True)[value].mean()
     groups = per_question.groupby(level=list(range(len(by))), dropna=False, sort=True) if by else [((), per_question)]
-    methods, lows, highs = [], [], []
+    methods, lows, highs, p_values = [], [], [], []
     for (key, q), row in zip(groups, boot.itertuples(index=False)):
         values = q.to_numpy(float)
         lo, hi, method = row.ci_low, row.ci_high, "bootstrap"
+        p_values.append(_t_p_value(values))
         if len(values) < 2:
             lo = hi = np.nan
             method = "one question"
@@ -425,7 +442,7 @@ def cell_means(frame: pd.DataFrame, by, value: str = "score", cluster: str = "te
         methods.append(method)
         lows.append(float(lo))
         highs.append(float(hi))
-    return boot.assign(ci_low=lows, ci_high=highs, method=methods)
+    return boot.assign(ci_low=lows, ci_high=highs, method=methods, p_value=p_values)
 
 
 def shown_interval(mean, lo, hi, n, method: str = "") -> str:
@@ -441,3 +458,73 @@ def shown_interval(mean, lo, hi, n, method: str = "") -> str:
         why = "no spread" if method == "no spread" else "no interval"
         return f"{mean:.3f}, {why} (n = {int(n)})"
     return f"{mean:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+# ------------------------------------------------------------------------------------ multiple comparisons
+
+#: The kit's multiple-comparison policy. A *family* is one table of a report (every B - A row, every pair of
+#: metrics' correlations, every window's winner, every curve's label). A difference is *claimed* when its
+#: Holm-adjusted p-value is below 0.05 (Holm 1979, *Scand. J. Statist.* 6: 65-70: the family-wise error held at 5%
+#: under any dependence); its interval is shown at the Bonferroni level of the family (:func:`family_level`), so an
+#: interval that excludes 0 and a claim agree in the common case. ``"bh"`` (Benjamini & Hochberg 1995, *J. R. Stat.
+#: Soc. B* 57: 289-300: the false discovery rate held at 5%) is the alternative where a table is a screen, not a
+#: verdict; a report that uses it says so.
+FAMILY_METHOD = "holm"
+
+
+def adjust_pvalues(p, method: str = FAMILY_METHOD) -> np.ndarray:
+    """Family-adjusted p-values: Holm's step-down (family-wise error) or Benjamini-Hochberg's step-up (false
+    discovery rate). NaN p-values (no test possible) stay NaN and do not count in the family.
+
+    Examples
+    --------
+    >>> adjust_pvalues([0.01, 0.04, 0.03, float("nan")]).round(3).tolist()
+    [0.03, 0.06, 0.06, nan]
+    >>> adjust_pvalues([0.01, 0.04, 0.03], "bh").round(3).tolist()
+    [0.03, 0.04, 0.04]
+    """
+    p = np.asarray(p, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    m = len(ok)
+    if not m:
+        return out
+    order = ok[np.argsort(p[ok], kind="stable")]
+    ranked = p[order]
+    if method == "holm":
+        adjusted = np.maximum.accumulate((m - np.arange(m)) * ranked)
+    elif method == "bh":
+        adjusted = np.minimum.accumulate((m / np.arange(m, 0, -1) * ranked[::-1]))[::-1]
+    else:
+        raise ValueError(f"adjust_pvalues(method={method!r}): use 'holm' (family-wise error) or 'bh' (false "
+                         "discovery rate).")
+    out[order] = np.minimum(adjusted, 1.0)
+    return out
+
+
+def family_level(ci: float, m: int) -> float:
+    """The confidence level of each of ``m`` intervals shown together so that all hold at once with probability
+    ``ci`` or more (Bonferroni): ``1 - (1 - ci) / m``.
+
+    >>> round(family_level(0.95, 10), 4)
+    0.995
+    """
+    return 1.0 - (1.0 - ci) / max(int(m), 1)
+
+
+def fisher_z_interval(r: float, n: int, ci: float = 0.95) -> tuple[float, float]:
+    """Interval of a correlation coefficient by Fisher's z transform: ``tanh(atanh(r) ± z / sqrt(n - 3))``
+    (Fisher 1921, *Metron* 1: 3-32). NaN below 4 observations or for NaN r; ``|r| = 1`` gives ``(r, r)`` clipped.
+
+    Examples
+    --------
+    >>> [round(v, 2) for v in fisher_z_interval(0.6, 10)]
+    [-0.05, 0.89]
+    """
+    from scipy.stats import norm
+
+    if n is None or n < 4 or r is None or not np.isfinite(r):
+        return float("nan"), float("nan")
+    z = math.atanh(min(max(float(r), -1 + 1e-12), 1 - 1e-12))
+    half = norm.ppf(1 - (1 - ci) / 2) / math.sqrt(n - 3)
+    return math.tanh(z - half), math.tanh(z + half)

@@ -102,11 +102,19 @@ def _reference_section(exp: Experiment, out: Path, answers: pd.DataFrame, questi
 
 
 def _per_question(scores: pd.DataFrame) -> pd.DataFrame:
-    """The ok scores averaged over replicates, one row per system, window, mode, question and metric."""
+    """The ok scores averaged over replicates, one row per system, window, mode, question and metric; ``flagged``
+    where the store has judge sanity flags (any of the question's scores raised one)."""
     from ..judge import to_score_frame
 
-    by = ("system", "model", "context_k", "mode", "test_id", "metric")
-    return to_score_frame(scores, by=by).drop(columns="n") if len(scores) else pd.DataFrame(columns=[*by, "score"])
+    by = ["system", "model", "context_k", "mode", "test_id", "metric"]
+    if not len(scores):
+        return pd.DataFrame(columns=[*by, "score"])
+    out = to_score_frame(scores, by=by).drop(columns="n")
+    if "flags" in scores.columns:
+        ok = scores[scores["status"] == "ok"]
+        marked = ok.assign(flagged=ok["flags"].fillna("").astype(str).str.len() > 0)
+        out = out.merge(marked.groupby(by, dropna=False)["flagged"].any().reset_index(), on=by, how="left")
+    return out
 
 
 def question_scores(exp: Experiment, questions: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -117,7 +125,8 @@ def question_scores(exp: Experiment, questions: pd.DataFrame | None = None) -> p
     -------
     DataFrame
         system, model, context_k, mode, test_id, metric, score: the ok scores of the planned cells, replicates
-        averaged (no ``average`` rows: :func:`fabnb.core.scores.with_average` adds them).
+        averaged (no ``average`` rows: :func:`fabnb.core.scores.with_average` adds them); and flagged (any of the
+        question's scores raised a judge sanity flag) once the judge has scored.
 
     Examples
     --------
@@ -275,11 +284,14 @@ def _gap_section(exp: Experiment, per_question: pd.DataFrame) -> list[str]:
         "A": gap["score_a"].map("{:.3f}".format), "B": gap["score_b"].map("{:.3f}".format),
         "B - A [95%]": [signed(d) + (f" [{signed(lo)}, {signed(hi)}]" if pd.notna(lo) else ", no interval")
                         for d, lo, hi in zip(gap["delta"], gap["ci_low"], gap["ci_high"])],
-        "B better": gap["b_better"].map("{:.0%}".format), "ties": gap["ties"].map("{:.0%}".format)})
+        "B better": gap["b_better"].map("{:.0%}".format), "ties": gap["ties"].map("{:.0%}".format),
+        "claimed": gap["claimed"].map({True: "yes", False: "no"})})
     return ["## Mode B - mode A (gold context against own retrieval)", "",
             "The mean over the questions scored in both modes of B - A (average of the judged metrics), with a "
-            "paired 95% bootstrap interval over those questions, and the share of them where B scored higher. "
-            "Every metric: report/tables/mode_gap.csv.", "", shown.to_markdown(index=False, disable_numparse=True), ""]
+            "paired 95% interval over those questions (unadjusted), and the share of them where B scored higher. "
+            f"The {len(gap)} rows are one family: a gap is claimed where its Holm-adjusted paired p is below 0.05 "
+            "(docs/statistics.md, multiple comparisons). Every metric: report/tables/mode_gap.csv.", "",
+            shown.to_markdown(index=False, disable_numparse=True), ""]
 
 
 class ReportFiles(NamedTuple):

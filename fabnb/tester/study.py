@@ -271,8 +271,7 @@ def configuration_pairs(verdicts: pd.DataFrame, tests: pd.DataFrame, n_boot: int
     DataFrame
         :func:`fabnb.judge.compare_configurations`' columns plus p_holm.
     """
-    from statsmodels.stats.multitest import multipletests
-
+    from ..core.stats import adjust_pvalues
 
     systems = sorted(verdicts["system"].dropna().unique())
     rows = [compare_configurations(verdicts, a, b, tests=tests, n_boot=n_boot, seed=seed)
@@ -280,11 +279,7 @@ def configuration_pairs(verdicts: pd.DataFrame, tests: pd.DataFrame, n_boot: int
     if not rows:  # fewer than two configurations: nothing to compare, the same columns
         return pd.DataFrame(columns=[*PAIR_COLUMNS, "p_holm"])
     out = pd.concat(rows, ignore_index=True)
-    p = out["p_value"].to_numpy(dtype=float)
-    ok = np.isfinite(p)
-    out["p_holm"] = np.nan
-    if ok.any():
-        out.loc[ok, "p_holm"] = multipletests(p[ok], method="holm")[1]
+    out["p_holm"] = adjust_pvalues(out["p_value"].to_numpy(dtype=float), "holm")  # the kit's one policy
     return out
 
 
