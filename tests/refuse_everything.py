@@ -9,7 +9,8 @@ import importlib
 import inspect
 
 #: The modules whose functions the property tests call.
-MODULES = ("fabnb.analysis.curves", "fabnb.analysis.intervals", "fabnb.analysis.plots", "fabnb.core.stats",
+MODULES = ("fabnb.analysis.curves", "fabnb.analysis.comparison", "fabnb.analysis.metrics",
+           "fabnb.analysis.intervals", "fabnb.analysis.plots", "fabnb.core.stats",
            "fabnb.judge", "fabnb.judge.oracle",
            "fabnb.judge.sanity", "fabnb.qa.rating",
            "fabnb.tester.study", "fabnb.qa.generation")

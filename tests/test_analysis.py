@@ -6,7 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fabnb.analysis import comparison as C
 from fabnb.analysis import curves as A
+from fabnb.analysis import metrics as M
 from fabnb.analysis.intervals import mean_intervals
 from fabnb.core.schema import METRICS
 from fabnb.core.scores import ScoreError
@@ -82,25 +84,25 @@ def test_crossovers_observed_and_fitted():
     a = log_curve(0.2, 0.10, [4, 8, 16, 32, 64, 128])
     b = log_curve(0.4, 0.05, [4, 8, 16, 32, 64, 128])
     df = long_frame({"a": a, "b": b})
-    fit = A.crossovers(df, "a", "b", method="log_fit").iloc[0]
+    fit = C.crossovers(df, "a", "b", method="log_fit").iloc[0]
     assert fit.context_k == pytest.approx(math.exp(4))  # 0.2 + 0.1x = 0.4 + 0.05x at x = 4
     assert (fit.leader_below, fit.leader_above) == ("b", "a")
-    obs = A.crossovers(df, "a", "b").iloc[0]
+    obs = C.crossovers(df, "a", "b").iloc[0]
     assert obs.context_k == pytest.approx(math.exp(4))  # exact: both lines are linear in ln k
 
 
 def test_crossovers_none_and_unknown_model():
     df = long_frame({"a": {4: 0.5, 8: 0.6}, "b": {4: 0.4, 8: 0.5}})
-    assert A.crossovers(df, "a", "b").empty
+    assert C.crossovers(df, "a", "b").empty
     with pytest.raises(ScoreError, match="unknown model 'c'"):
-        A.crossovers(df, "a", "c")
+        C.crossovers(df, "a", "c")
     with pytest.raises(ValueError, match="method must be"):
-        A.crossovers(df, "a", "b", method="spline")
+        C.crossovers(df, "a", "b", method="spline")
 
 
 def test_routing_table_ranges():
     df = long_frame({"a": {4: 0.6, 8: 0.7, 16: 0.72, 32: 0.74}, "b": {4: 0.5, 8: 0.6, 16: 0.8, 32: 0.85}})
-    r = A.routing_table(df)
+    r = C.routing_table(df)
     assert list(r.best_model) == ["a", "a", "b", "b"]
     assert list(r.range) == ["4-8K", "4-8K", "16-32K", "16-32K"]
     assert r.margin.iloc[2] == pytest.approx(0.08)
@@ -152,11 +154,11 @@ def test_correlations_perfect_and_grouped():
                 value = 0.5 + sign * 0.05 * j if metric != "depth" else 0.5 + 0.05 * j
                 rows.append({"model": model, "context_k": k, "metric": metric, "score": value})
     df = pd.DataFrame(rows)
-    by = A.metric_correlations(df, by="model")
+    by = M.metric_correlations(df, by="model")
     pair = by[(by.metric_a == "factuality") & (by.metric_b == "depth")].set_index("group").r
     assert pair["up"] == pytest.approx(1.0) and pair["down"] == pytest.approx(-1.0)
     assert len(by) == 2 * 15
-    pooled = A.metric_correlations(df)
+    pooled = M.metric_correlations(df)
     assert (pooled.n == 8).all() and set(pooled.group) == {"all"}
 
 
@@ -165,15 +167,15 @@ def test_spearman_sees_monotone_nonlinear_as_one():
             for k, (x, y) in zip([1, 2, 3, 4, 5], [(0.1, 0.01), (0.2, 0.04), (0.3, 0.09), (0.4, 0.16), (0.5, 0.9)])
             for metric, v in (("depth", x), ("relevance", y))]
     df = pd.DataFrame(rows)
-    sp = A.metric_correlations(df, "spearman", metrics=["depth", "relevance"]).r.item()
-    pe = A.metric_correlations(df, "pearson", metrics=["depth", "relevance"]).r.item()
+    sp = M.metric_correlations(df, "spearman", metrics=["depth", "relevance"]).r.item()
+    pe = M.metric_correlations(df, "pearson", metrics=["depth", "relevance"]).r.item()
     assert sp == pytest.approx(1.0) and pe < 0.9
 
 
 def test_compare_correlations_matches_pairs_in_any_order():
     computed = pd.DataFrame({"metric_a": ["factuality"], "metric_b": ["depth"], "r": [0.8]})
     published = pd.DataFrame({"metric_a": ["depth", "depth"], "metric_b": ["factuality", "depth"], "r": [0.96, 1.0]})
-    out = A.compare_correlations(computed, published)
+    out = M.compare_correlations(computed, published)
     assert len(out) == 1 and out.difference.item() == pytest.approx(-0.16)
 
 
@@ -181,25 +183,25 @@ def test_compare_correlations_matches_pairs_in_any_order():
 
 def test_dilution_both_units():
     df = long_frame({"m": {28: 0.80, 32: 0.76}, "n": {28: 0.5}}, "depth")
-    d = A.dilution(df, 28, 32, metrics=["depth"]).iloc[0]
+    d = M.dilution(df, 28, 32, metrics=["depth"]).iloc[0]
     assert d.delta == pytest.approx(-0.04)
     assert d.delta_points == pytest.approx(-4.0)
     assert d.relative_pct == pytest.approx(-5.0)
     with pytest.raises(ScoreError, match="no model has scores at both 28K and 64K"):
-        A.dilution(df, 28, 64, metrics=["depth"])
+        M.dilution(df, 28, 64, metrics=["depth"])
 
 
 def test_metric_profile_and_gaps():
     df = pd.DataFrame({"model": "m", "context_k": 4.0, "metric": list(METRICS),
                        "score": [0.6, 0.3, 0.4, 0.5, 0.9, 0.45]})
-    p = A.metric_profile(df, 4).iloc[0]
+    p = M.metric_profile(df, 4).iloc[0]
     assert p.best_metric == "context_utilization" and p.worst_metric == "depth"
     assert p["range"] == pytest.approx(0.6)
-    g = A.metric_gaps(df, 4)
+    g = M.metric_gaps(df, 4)
     row = g[(g.metric_a == "context_utilization") & (g.metric_b == "support_quality")].iloc[0]
     assert row.ratio == pytest.approx(2.0) and row.pct_higher == pytest.approx(100.0)
     with pytest.raises(ScoreError, match="no metric scores at 8K"):
-        A.metric_profile(df, 8)
+        M.metric_profile(df, 8)
 
 
 def test_framework_table_and_average_check():
@@ -208,10 +210,10 @@ def test_framework_table_and_average_check():
     rows += [{"system": "S1", "model": "x", "context_k": np.nan, "metric": "average", "score": 0.5},
              {"system": "S2", "model": "x", "context_k": np.nan, "metric": "average", "score": 0.65}]
     df = pd.DataFrame(rows)
-    t = A.framework_table(df)
+    t = C.framework_table(df)
     assert t.loc["average (recomputed)", "S2"] == pytest.approx(0.6)
     assert t.loc["average (reported)", "S2"] == pytest.approx(0.65)
-    checks = A.check_averages(df).set_index("system")
+    checks = M.check_averages(df).set_index("system")
     assert bool(checks.loc["S1", "consistent"]) and not bool(checks.loc["S2", "consistent"])
 
 
@@ -220,28 +222,28 @@ def test_framework_table_and_profile_average_a_per_question_frame_at_a_window():
     rows = [{"system": s, "model": "x", "context_k": 1.0, "test_id": q, "metric": m, "score": v + base}
             for s, base in (("S1", 0.0), ("S2", 0.2)) for q, v in (("q1", 0.2), ("q2", 0.6)) for m in METRICS]
     df = pd.DataFrame(rows)
-    t = A.framework_table(df, context_k=1.0)
+    t = C.framework_table(df, context_k=1.0)
     assert t.loc["depth", "S1"] == pytest.approx(0.4) and t.loc["average (recomputed)", "S2"] == pytest.approx(0.6)
-    assert A.metric_profile(df, 1.0, by="system").set_index("system").loc["S2", "average"] == pytest.approx(0.6)
+    assert M.metric_profile(df, 1.0, by="system").set_index("system").loc["S2", "average"] == pytest.approx(0.6)
     with pytest.raises(ScoreError, match="no rows at 2K"):
-        A.framework_table(df, context_k=2.0)
+        C.framework_table(df, context_k=2.0)
 
 
 def test_dual_mode_delta_pairs_and_flags():
     df = pd.DataFrame({"model": "m", "context_k": 8.0, "test_id": ["q1", "q1", "q2"], "metric": "factuality",
                        "mode": ["with_kb", "without_kb", "A"], "score": [0.2, 0.7, 0.5]})
-    out = A.dual_mode_delta(df).set_index("test_id")
+    out = C.dual_mode_delta(df).set_index("test_id")
     assert out.loc["q1", "delta"] == pytest.approx(0.5) and out.loc["q1", "paired"]
     assert not out.loc["q2", "paired"] and np.isnan(out.loc["q2", "delta"])
     with pytest.raises(ScoreError, match="unknown mode 'C'"):
-        A.dual_mode_delta(df.assign(mode="C"))
+        C.dual_mode_delta(df.assign(mode="C"))
 
 
 def test_functions_do_not_mutate_input():
     df = six_metric_frame()
     before = df.copy()
-    for call in (A.fit_log_curves, A.operating_points, A.metric_correlations, lambda d: A.dilution(d, 4, 32),
-                 lambda d: A.metric_profile(d, 4), A.classify_scaling, A.routing_table):
+    for call in (A.fit_log_curves, A.operating_points, M.metric_correlations, lambda d: M.dilution(d, 4, 32),
+                 lambda d: M.metric_profile(d, 4), A.classify_scaling, C.routing_table):
         call(df)
     pd.testing.assert_frame_equal(df, before)
 
@@ -255,10 +257,10 @@ def test_three_windows_give_no_label_and_correlations_from_three_points_are_too_
     df = long_frame({"m": {1: 0.60, 2: 0.70, 4: 0.69}})
     assert A.classify_scaling(df).iloc[0]["label"] == "not enough windows"
     assert A.classify_scaling(df, min_windows=3).iloc[0]["label"] == "early saturation"  # what it said before
-    corr = A.metric_correlations(per_question(modes=("A",)).groupby(
+    corr = M.metric_correlations(per_question(modes=("A",)).groupby(
         ["model", "context_k", "metric"], as_index=False)["score"].mean())
     assert (corr["n"] == 3).all() and not corr["enough"].any()
-    assert A.metric_correlations(per_question(modes=("A",)))["enough"].all()  # 36 per-question rows are enough
+    assert M.metric_correlations(per_question(modes=("A",)))["enough"].all()  # 36 per-question rows are enough
 
 
 def test_a_crossover_inside_the_noise_is_not_separated():
@@ -271,8 +273,8 @@ def test_a_crossover_inside_the_noise_is_not_separated():
     per = pd.DataFrame(rows)
     cells = per.groupby(["model", "context_k", "metric"], as_index=False)["score"].mean()
     ci = mean_intervals(per, n_boot=500)
-    cross = A.crossovers(cells, "a", "b", intervals=ci)
+    cross = C.crossovers(cells, "a", "b", intervals=ci)
     assert len(cross) == 1 and bool(cross["separated"].iloc[0])
     wide = per.assign(score=per["score"] + per["test_id"].map({"q0": -0.3, "q1": 0.0, "q2": 0.3}))
-    assert not A.crossovers(cells, "a", "b", intervals=mean_intervals(wide, n_boot=500))["separated"].iloc[0]
-    assert A.crossovers(cells, "a", "b")["separated"].isna().all()
+    assert not C.crossovers(cells, "a", "b", intervals=mean_intervals(wide, n_boot=500))["separated"].iloc[0]
+    assert C.crossovers(cells, "a", "b")["separated"].isna().all()

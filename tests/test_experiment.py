@@ -943,6 +943,75 @@ def judge_varied(request: dict, n: int):
     return judge_or_echo(request, n)
 
 
+FRENCH = ("La mobilité des électrons dans le silicium contraint augmente avec la contrainte de traction, parce que "
+          "la masse effective des électrons diminue.")
+
+
+def judge_loves_degenerate(request: dict, n: int):
+    """Issue 49's study 4 on a scripted server: system "loved" answers every question with the repeated phrase or
+    in French, and the judge gives those 10/10 (the repeated one with an empty reason, the French one with a good
+    reason: only the language flag can catch it); system "plain" echoes, and is scored by the prompt."""
+    import zlib
+
+    model = request.get("model", "stub")
+    content = "\n".join(m["content"] for m in request["messages"])
+    if request.get("response_format"):
+        if REPEATED.strip() in content:
+            reply = {"reason": "The reason is the same as the score", "score": 10}
+        elif FRENCH in content:
+            reply = {"reason": "The answer names the mechanism and the cause the question asks for.", "score": 10}
+        else:
+            reply = {"reason": "The answer names the mechanism and the figures the question asks for.",
+                     "score": 3 + zlib.crc32(content.encode()) % 4}
+        return 200, completion(json.dumps(reply), model=model, prompt_tokens=900, completion_tokens=20), {}
+    if model == "stub-loved":
+        last = request["messages"][-1]["content"]
+        text = REPEATED if zlib.crc32(last.encode()) % 2 else FRENCH
+        return 200, completion(text, model=model, prompt_tokens=300, completion_tokens=40), {}
+    return judge_or_echo(request, n)
+
+
+def test_a_judge_that_loves_degenerate_answers_is_flagged_counted_and_its_winner_undone(tmp_path, monkeypatch):
+    """Issue 49's study 4 against a scripted server: one system's answers are repeated or French, and the judge gives
+    them 10/10. The summary and the analyses page count the flags per system (the French ones by the language flag
+    alone), and the analyses page shows each decision without them: the loved system's "wins" do not survive."""
+    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FABNB_TEST_KEY", "sk-test")
+    loved = """
+        [[systems]]
+        name = "loved"
+        kind = "reference"
+        retriever = "bm25"
+        model = "stub-loved"
+        base_url_env = "FABNB_TEST_URL"
+        api_key_env = "FABNB_TEST_KEY"
+        max_retries = 0
+    """
+    with StubServer(judge_loves_degenerate) as server:
+        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
+        path = write_file(tmp_path, sample=6, windows="[1, 2]", modes='["A"]', metrics='["relevance", "depth"]',
+                          report="figures = []\nbootstrap = 300\nseed = 7", extra_judge="",
+                          extra_system=textwrap.dedent(loved))
+        run = run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    out = run.output
+    text = (out / "report" / "report.md").read_text()
+    counts = pd.read_csv(out / "report" / "tables" / "flag_counts.csv").set_index("model")
+    # Every score of "loved" is flagged, its averages too (an average of a flagged score moves with it).
+    assert counts.loc["loved", "share"] == 1.0 and counts.loc["ref", "flagged"] == 0, counts
+    routing = pd.read_csv(out / "report" / "tables" / "routing.csv")
+    assert (routing["best_model"] == "loved").all()  # the judge's 10s lead every window
+    assert "## Judge sanity flags: each table without them" in text
+    assert "window winners (routing.csv): 2 rows here, none without them" in text
+    from fabnb.views.explorer import Explorer
+
+    flags = Explorer.from_folder(out).filter(flagged=True).view()["flags"]
+    assert flags.str.contains("language").any() and flags.str.contains("repetitive").any()
+    french = Explorer.from_folder(out).filter(flagged="language").view()
+    assert len(french) and not french["flags"].str.contains("empty_reason|repetitive").any()  # the language flag alone
+    without = pd.read_csv(out / "report" / "without-flagged" / "tables" / "mean_intervals.csv")
+    assert set(without["model"]) == {"ref"}  # no average of a flagged score is left behind
+
+
 def test_a_small_two_mode_study_reports_intervals_the_gap_caveats_and_flags_and_no_claim_it_cannot_carry(
         tmp_path, monkeypatch):
     """Issue 28's five observations on the study it describes: one system, 6 questions, windows 1, 2 and 4K,

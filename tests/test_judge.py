@@ -469,10 +469,41 @@ def test_the_answer_flags_almost_never_fire_on_the_released_gold_answers(fab_ben
                          "answer": [p.ground_truth_answer for p in fab_bench]})
     scores = gold.drop(columns="answer").assign(metric="depth", replicate=0, status="ok", score=1.0,
                                                 reason="The answer explains the mechanism with the cited figures.")
-    flags = judge_flags(scores, gold)["flags"]
+    questions = pd.DataFrame({"test_id": [p.test_id for p in fab_bench], "question": [p.question for p in fab_bench]})
+    flags = judge_flags(scores, gold, questions)["flags"]
     assert len(flags) == 200
     for name in ("repetitive", "empty_high"):
         assert flags.str.contains(name).sum() <= 2, name  # at most 1% of the gold answers
+    assert not flags.str.contains("language").any()  # issue 49: none of the 200 reference answers
+
+
+def test_a_nine_of_ten_answer_in_another_language_is_flagged_and_a_short_or_english_one_is_not():
+    """Issue 49 item 7: a 9/10 French answer to an English question passed unflagged (only all_max caught any)."""
+    import sys
+
+    from fabnb.judge.sanity import judge_flags
+
+    answers = {"q1": "La mobilité des électrons dans le silicium contraint augmente avec la contrainte de traction, "
+                     "parce que la masse effective diminue.",
+               "q2": "Electron mobility in strained silicon rises with tensile strain, because the effective mass "
+                     "of the electrons falls.",
+               "q3": "Oui, 1200 cm2/V·s."}
+    cells = pd.DataFrame([{"system": "s", "model": "m", "context_k": 1.0, "mode": "A", "test_id": q, "answer": a}
+                          for q, a in answers.items()])
+    scores = cells.drop(columns="answer").assign(metric="depth", replicate=0, status="ok", score=0.9,
+                                                 reason="The answer names the mechanism and the cause.")
+    questions = pd.DataFrame({"test_id": list(answers), "question": [
+        "Why does electron mobility in strained silicon rise with tensile strain?",
+        "What happens to the effective mass of electrons under tensile strain in silicon?",
+        "What is the electron mobility of the strained channel in this process?"]})
+    flags = judge_flags(scores, cells, questions).set_index("test_id")["flags"]
+    assert flags.to_dict() == {"q1": "language", "q2": "", "q3": ""}  # q3: too short to tell
+    assert "py3langid" in sys.modules  # the French answer needed the model
+    # Without the questions, the answers' own common language decides: one French and one English answer name none.
+    assert judge_flags(scores, cells)["flags"].tolist() == ["", "", ""]
+    more = pd.concat([cells] + [cells.iloc[[1]].assign(test_id=f"q{i}") for i in (4, 5)], ignore_index=True)
+    more_scores = pd.concat([scores] + [scores.iloc[[1]].assign(test_id=f"q{i}") for i in (4, 5)], ignore_index=True)
+    assert judge_flags(more_scores, more)["flags"].tolist() == ["language", "", "", "", ""]
 
 
 # ------------------------------------------------------------------ workers (issue 29)

@@ -5,7 +5,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from fabnb.analysis import curves as A
+from fabnb.analysis import metrics as M
 from fabnb.analysis import plots
 from fabnb.data import published
 
@@ -52,9 +52,37 @@ def test_breakdown_has_six_metrics_per_model(sweeps):
 
 
 def test_deltas_heatmap_annotations_match_figure_6(sweeps):
-    ax = plots.plot_deltas(A.dilution(sweeps, 28, 32), models=["Gemini-2.5-Flash"])
+    ax = plots.plot_deltas(M.dilution(sweeps, 28, 32), models=["Gemini-2.5-Flash"])
     texts = [t.get_text() for t in ax.texts]
     assert texts == ["-0.032", "-0.043", "-0.042", "-0.054", "-0.018", "-0.051"]
+
+
+def test_a_dilution_heatmap_of_per_question_scores_colours_only_the_claimed_changes():
+    """Issue 49: a colour scale centred on 0 that noise does not stretch; the unclaimed cells grey, value printed."""
+    import numpy as np
+
+    from fabnb.core.schema import METRICS
+
+    rng = np.random.default_rng(3)
+    rows = [{"model": "m", "context_k": k, "test_id": f"q{q}", "metric": metric,
+             "score": float(np.clip(0.6 + (-0.2 if metric == "depth" and k == 32 else 0) + rng.normal(0, 0.05), 0, 1))}
+            for q in range(12) for k in (16.0, 32.0) for metric in METRICS]
+    per = pd.DataFrame(rows)
+    cells = per.groupby(["model", "context_k", "metric"], as_index=False)["score"].mean()
+    deltas = M.dilution(cells, 16, 32, per_question=per)
+    assert deltas.set_index("metric")["claimed"].to_dict()["depth"] is True
+    six = deltas[deltas["metric"] != "average"]
+    assert six["claimed"].sum() == 1  # five metrics unchanged in truth: none claimed (the average holds depth's)
+    fig, ax = plt.subplots()
+    plots.plot_deltas(deltas, ax=ax)
+    mesh = ax.collections[0]
+    coloured = np.ma.count(mesh.get_array())
+    assert coloured == 1, coloured  # only the claimed cell takes a colour
+    lo, hi = mesh.get_clim()
+    depth = deltas.set_index("metric").loc["depth", "delta"]
+    assert hi == pytest.approx(abs(depth)) and lo == pytest.approx(-abs(depth))  # the scale spans the claimed change
+    assert len(ax.texts) == 6  # every value printed, the five within noise in grey
+    plt.close(fig)
 
 
 def test_frameworks_and_radar_and_correlations():
@@ -64,7 +92,7 @@ def test_frameworks_and_radar_and_correlations():
     live = pd.concat([live.assign(score=live["score"] - 0.1), live.assign(score=live["score"] + 0.1)])
     heights = sorted(round(p.get_height(), 6) for p in plots.plot_frameworks(live, context_k=1.0).patches)
     assert heights == sorted(round(p.get_height(), 6) for p in ax.patches)  # each bar the mean of its rows
-    profile = A.metric_profile(published.context_sweeps(), 18)
+    profile = M.metric_profile(published.context_sweeps(), 18)
     radar = plots.plot_radar(profile)
     assert radar.name == "polar" and len(radar.get_legend().get_texts()) == 3  # Qwen-2.5-72B has no 18K point
     fig, flat = plt.subplots()
@@ -107,7 +135,7 @@ def test_a_correlation_heatmap_of_user_scores_spans_minus_one_to_one_and_leaves_
     pairs = [(a, b) for i, a in enumerate(METRICS) for b in METRICS[i + 1:]]
     corr = pd.DataFrame({"metric_a": [a for a, _ in pairs], "metric_b": [b for _, b in pairs],
                          "r": np.linspace(-1, 1, len(pairs)), "n": [12] * (len(pairs) - 1) + [3]})
-    corr["enough"] = corr["n"] >= A.MIN_CORRELATION_N
+    corr["enough"] = corr["n"] >= M.MIN_CORRELATION_N
     ax = plots.plot_correlations(corr)
     mesh = ax.collections[0]
     assert mesh.norm.vmin == -1.0 and mesh.norm.vmax == 1.0

@@ -36,8 +36,8 @@ import pytest  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from fabnb.analysis import comparison, metrics, plots  # noqa: E402
 from fabnb.analysis import curves as analysis  # noqa: E402
-from fabnb.analysis import plots
 from fabnb.core.errors import FabnbError  # noqa: E402
 from fabnb.core.schema import AVERAGE, METRICS  # noqa: E402
 
@@ -126,23 +126,23 @@ def test_analysis_functions_settle_on_edge_frames(scores):
     if logistic is not None and len(logistic):
         settles(analysis.predict_logistic_curve, logistic.iloc[0], [4, 8])
     settles(analysis.operating_points, scores)
-    settles(analysis.routing_table, scores)
+    settles(comparison.routing_table, scores)
     settles(analysis.classify_scaling, scores)
     settles(analysis.metric_slopes, scores)
     settles(analysis.context_to_reach, scores, 0.5)
     for method in ("pearson", "spearman"):
-        settles(analysis.metric_correlations, scores, method=method)
-    settles(analysis.metric_correlations, scores, by="model")
-    settles(analysis.dilution, scores, 28.0, 32.0)
-    settles(analysis.metric_profile, scores)
-    settles(analysis.metric_gaps, scores)
-    settles(analysis.framework_table, scores)
-    settles(analysis.check_averages, scores)
+        settles(metrics.metric_correlations, scores, method=method)
+    settles(metrics.metric_correlations, scores, by="model")
+    settles(metrics.dilution, scores, 28.0, 32.0)
+    settles(metrics.metric_profile, scores)
+    settles(metrics.metric_gaps, scores)
+    settles(comparison.framework_table, scores)
+    settles(metrics.check_averages, scores)
     if models:
         settles(analysis.gain_rates, scores, models[0], [(4, 8), (16, 32)])
     if len(models) >= 2:
         for method in ("observed", "log"):
-            settles(analysis.crossovers, scores, models[0], models[1], method=method)
+            settles(comparison.crossovers, scores, models[0], models[1], method=method)
 
 
 @FULL
@@ -164,20 +164,20 @@ def test_analysis_functions_give_their_documented_shape_on_valid_frames(scores):
     assert len(works(analysis.metric_slopes, sweeps)) == len(METRICS)
     assert len(works(analysis.context_to_reach, sweeps, 0.5)) == len(METRICS) * n
     for method in ("pearson", "spearman"):
-        corr = works(analysis.metric_correlations, sweeps, method=method)
+        corr = works(metrics.metric_correlations, sweeps, method=method)
         assert len(corr) == len(METRICS) * (len(METRICS) - 1) // 2
         assert corr["r"].dropna().between(-1 - 1e-9, 1 + 1e-9).all()
-    assert len(works(analysis.dilution, sweeps, 28.0, 32.0)) == (len(METRICS) + 1) * n
-    profile = works(analysis.metric_profile, sweeps, contexts[0])
+    assert len(works(metrics.dilution, sweeps, 28.0, 32.0)) == (len(METRICS) + 1) * n
+    profile = works(metrics.metric_profile, sweeps, contexts[0])
     assert len(profile) == n and set(METRICS) <= set(profile.columns)
-    assert len(works(analysis.metric_gaps, sweeps, contexts[0])) > 0
-    table = works(analysis.framework_table, scores[scores["context_k"].isna()])
+    assert len(works(metrics.metric_gaps, sweeps, contexts[0])) > 0
+    table = works(comparison.framework_table, scores[scores["context_k"].isna()])
     assert list(table.columns) == ["F1", "F2"]
-    assert len(works(analysis.check_averages, scores)) == n * len(contexts) + 2
+    assert len(works(metrics.check_averages, scores)) == n * len(contexts) + 2
     assert len(works(analysis.gain_rates, sweeps, models[0], [(28, 32)])) == 1
     if n >= 2:
-        assert len(works(analysis.routing_table, sweeps)) == len(contexts)
-        assert {"model_a", "model_b", "context_k"} <= set(works(analysis.crossovers, sweeps, models[0],
+        assert len(works(comparison.routing_table, sweeps)) == len(contexts)
+        assert {"model_a", "model_b", "context_k"} <= set(works(comparison.crossovers, sweeps, models[0],
                                                                  models[1]).columns)
 
 
@@ -188,9 +188,9 @@ def test_plots_draw_valid_frames_and_return_their_axes(scores):
     try:
         for fn, args in ((plots.plot_scaling, (sweeps,)), (plots.plot_breakdown, (sweeps, 28.0)),
                          (plots.plot_frameworks, (scores[scores["context_k"].isna()],)),
-                         (plots.plot_deltas, (analysis.dilution(sweeps, 28.0, 32.0),)),
-                         (plots.plot_radar, (analysis.metric_profile(sweeps, 28.0),)),
-                         (plots.plot_correlations, (analysis.metric_correlations(sweeps),))):
+                         (plots.plot_deltas, (metrics.dilution(sweeps, 28.0, 32.0),)),
+                         (plots.plot_radar, (metrics.metric_profile(sweeps, 28.0),)),
+                         (plots.plot_correlations, (metrics.metric_correlations(sweeps),))):
             ax = works(fn, *args)
             assert ax.figure is not None and ax.has_data() or ax.get_images() or ax.collections, fn.__name__
     finally:
@@ -205,13 +205,13 @@ def test_plots_settle_on_edge_frames_and_return_their_axes(scores):
                          (plots.plot_frameworks, (scores,))):
             ax = settles(fn, *args)
             assert ax is None or hasattr(ax, "figure")
-        deltas = settles(analysis.dilution, scores, 28.0, 32.0)
+        deltas = settles(metrics.dilution, scores, 28.0, 32.0)
         if deltas is not None:
             settles(plots.plot_deltas, deltas)
-        profile = settles(analysis.metric_profile, scores)
+        profile = settles(metrics.metric_profile, scores)
         if profile is not None:
             settles(plots.plot_radar, profile)
-        corr = settles(analysis.metric_correlations, scores)
+        corr = settles(metrics.metric_correlations, scores)
         if corr is not None:
             settles(plots.plot_correlations, corr)
     finally:
@@ -405,7 +405,7 @@ def test_dual_mode_deltas_settle(scores, data):
     modes = data.draw(st.lists(st.sampled_from(["A", "B"]), min_size=len(scores), max_size=len(scores)))
     frame = scores.assign(mode=modes, test_id="Q1")
     valid = {"A", "B"} <= set(modes)
-    out = (works if valid else settles)(analysis.dual_mode_delta, frame)
+    out = (works if valid else settles)(comparison.dual_mode_delta, frame)
     if valid:
         assert {"score_a", "score_b", "delta", "paired"} <= set(out.columns)
     if out is not None and len(out):
@@ -418,9 +418,9 @@ def test_dual_mode_deltas_settle(scores, data):
 def test_correlations_compare_with_the_published_table(scores):
     from fabnb.data import published
 
-    computed = settles(analysis.metric_correlations, scores)
+    computed = settles(metrics.metric_correlations, scores)
     if computed is not None:
-        compared = works(analysis.compare_correlations, computed, published.correlations())
+        compared = works(metrics.compare_correlations, computed, published.correlations())
         # One row per pair of the six metrics (the published table also has its diagonal).
         assert len(compared) == len(METRICS) * (len(METRICS) - 1) // 2 and "r_computed" in compared
 

@@ -176,6 +176,14 @@ def test_a_true_tie_at_three_windows_and_five_questions_names_no_winner_and_no_l
     assert set(pd.read_csv(tabs / "scaling_labels.csv")["label"]) == {"not enough windows"}
     ci = pd.read_csv(tabs / "mean_intervals.csv")
     assert (ci["n"] == 5).all() and ci["ci_low"].notna().all()  # every number with its interval and n
+    # At 5 questions the page says plainly that nothing in the routing or dilution tables passes, and how large a
+    # difference would have to be.
+    assert text.count("**Nothing in this table passes.** With 5 questions per comparison") == 2, text
+    dilution = pd.read_csv(tabs / "dilution_2k_4k.csv")
+    assert {"delta_ci_low", "delta_ci_high", "p_holm", "claimed"} <= set(dilution.columns)
+    assert not dilution["claimed"].any() and (dilution["n"] == 5).all()
+    gaps = pd.read_csv(tabs / "metric_gaps_1k.csv")
+    assert not gaps["claimed"].any() and "paired over questions" in text and "none is claimed" in text
 
 
 def test_a_flat_curve_of_five_windows_and_eight_questions_gets_no_shape(tmp_path):
@@ -214,6 +222,23 @@ def test_a_judge_that_loves_degenerate_answers_is_counted_and_every_decision_sho
     assert "window winners (routing.csv): 5 rows here, none without them" in text  # b won every window
     without = tmp_path / "without-flagged" / "tables"
     assert set(pd.read_csv(without / "mean_intervals.csv")["model"]) == {"a"}
+
+
+def test_with_two_modes_the_b_minus_a_claims_are_compared_without_the_flagged_scores(tmp_path):
+    """mode_gap's claimed column is yes/no: the comparison counts the rows that change (CI of 214003a: a
+    TypeError subtracting booleans when every row was in both tables)."""
+    from fabnb.analysis.reproduction import _changed
+
+    frame = study_scores(lambda s, k: 0.5, (1, 2, 4), 5, systems=("a", "b"), seed=4, flagged=lambda s: s == "b",
+                         modes=("A", "B"))
+    run, text, tabs = _analysed(tmp_path, frame)
+    assert "B - A claims (mode_gap.csv): " in text
+    for side in ("ours", "theirs"):
+        (tmp_path / side).mkdir()
+    key = {"model": ["a", "a"], "context_k": [1.0, 2.0], "metric": ["depth", "depth"]}
+    pd.DataFrame({**key, "claimed": [True, False]}).to_csv(tmp_path / "ours" / "mode_gap.csv", index=False)
+    pd.DataFrame({**key, "claimed": [False, False]}).to_csv(tmp_path / "theirs" / "mode_gap.csv", index=False)
+    assert _changed(tmp_path / "ours", tmp_path / "theirs", "mode_gap", list(key), "claimed") == "1 of 2 change"
 
 
 def test_a_flat_curve_at_200_questions_gets_no_growth_decline_or_saturation_label():

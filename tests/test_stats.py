@@ -145,7 +145,7 @@ def test_the_one_multiple_comparison_policy_matches_statsmodels_and_keeps_untest
 
 
 def test_fisher_z_interval_is_the_textbook_one_and_correlations_carry_it():
-    from fabnb.analysis.curves import metric_correlations
+    from fabnb.analysis.metrics import metric_correlations
     from fabnb.core.stats import fisher_z_interval
 
     lo, hi = fisher_z_interval(0.5, 28)  # z = 0.549 ± 1.96 / 5 -> tanh
@@ -175,3 +175,28 @@ def test_mode_gap_claims_a_gap_only_under_holm_over_its_table():
     assert gap.loc[32.0, "claimed"] and gap.loc[32.0, "p_holm"] < 0.05
     assert not gap.drop(index=32.0)["claimed"].any()
     assert (gap["p_holm"] >= gap["p_value"] - 1e-12).all()
+
+
+def test_paired_differences_are_the_paired_t_test_holm_within_each_family_at_the_bonferroni_level():
+    """Issue 49: one function judges every system-vs-system, window-vs-window or metric-vs-metric difference."""
+    from scipy import stats as st
+    from statsmodels.stats.multitest import multipletests
+
+    from fabnb.core.stats import paired_differences
+
+    rng = np.random.default_rng(7)
+    rows = [{"model": m, "metric": k, "test_id": q, "d": rng.normal(shift, 0.1)}
+            for m, shift in (("a", 0.0), ("b", 0.15)) for k in ("x", "y", "z") for q in range(12)]
+    diffs = pd.DataFrame(rows)
+    out = paired_differences(diffs, ["model", "metric"], ["model"]).set_index(["model", "metric"])
+    for model in ("a", "b"):
+        part = diffs[diffs["model"] == model]
+        p = [st.ttest_1samp(part[part["metric"] == k]["d"], 0).pvalue for k in ("x", "y", "z")]
+        assert np.allclose(out.loc[model, "p_value"].to_numpy(float), p)
+        assert np.allclose(out.loc[model, "p_holm"].to_numpy(float), multipletests(p, method="holm")[1])
+    assert np.allclose(out["ci_level"], 1 - 0.05 / 3) and (out["n"] == 12).all()
+    assert not out.loc["a", "claimed"].any() and out.loc["b", "claimed"].all()
+    t = st.t.ppf(1 - 0.05 / 6, 11)  # the interval at the family's level: t at 1 - 0.05 / (2 * 3)
+    x = diffs[(diffs["model"] == "b") & (diffs["metric"] == "x")]["d"]
+    half = t * x.std(ddof=1) / np.sqrt(12)
+    assert out.loc[("b", "x"), "ci_low"] == pytest.approx(x.mean() - half)

@@ -30,7 +30,9 @@ import pandas as pd
 
 from ..core.schema import AVERAGE, METRIC_LABELS, METRICS
 from ..data import published
+from . import comparison as C
 from . import curves as A
+from . import metrics as M
 from .intervals import difficulty_order
 
 __all__ = ['CLAIMS', 'PUBLISHED_PRECISION', 'Claim', 'Paper', 'SHORT', 'VERDICTS', 'check_claims']
@@ -119,15 +121,15 @@ class Paper:
 
     @cached_property
     def routing(self) -> pd.DataFrame:
-        return A.routing_table(self.primary)
+        return C.routing_table(self.primary)
 
     @cached_property
     def dilution(self) -> pd.DataFrame:
-        return A.dilution(self.sweeps, 28, 32)
+        return M.dilution(self.sweeps, 28, 32)
 
     @cached_property
     def correlations(self) -> pd.DataFrame:
-        return A.compare_correlations(A.metric_correlations(self.primary), published.correlations())
+        return M.compare_correlations(M.metric_correlations(self.primary), published.correlations())
 
     @cached_property
     def slopes(self) -> pd.DataFrame:
@@ -143,7 +145,7 @@ class Paper:
 
     def profile(self, k: float | None, by: str = "model") -> pd.DataFrame:
         data = self.frameworks if k is None else self.primary
-        return A.metric_profile(data, k, by).set_index(by)
+        return M.metric_profile(data, k, by).set_index(by)
 
 
 def _lookup(cid, section, text, model, k, metric, claimed):
@@ -485,8 +487,8 @@ def _claims_section_8_2() -> list[Claim]:
     c: list[Claim] = []
     add = c.append
     def crossing(p):
-        obs = A.crossovers(p.primary, QP, DS)
-        fit = A.crossovers(p.primary, QP, DS, method="log_fit")
+        obs = C.crossovers(p.primary, QP, DS)
+        fit = C.crossovers(p.primary, QP, DS, method="log_fit")
         note = "all observed crossings: " + ", ".join(f"{k:.1f}K" for k in obs.context_k)
         note += f"; log-curve crossing {fit.context_k.iloc[0]:.1f}K" if len(fit) else "; log curves do not cross"
         return obs.context_k.iloc[0], note

@@ -1,4 +1,7 @@
-"""Analysis of score frames: scaling curves, operating points, correlations, dilution.
+"""Scaling curves (Section 4): log and S-curve fits, scaling labels, operating points, gain rates.
+
+Crossovers, routing, framework tables and dual-mode deltas are in :mod:`fabnb.analysis.comparison`;
+correlations, dilution and metric profiles in :mod:`fabnb.analysis.metrics`.
 
 Every function takes a score frame (see :mod:`fabnb.core.scores`) and returns a new tidy
 DataFrame; none mutates its input. They work the same on the paper's published
@@ -11,28 +14,22 @@ Context is measured in K tokens (``context_k``). Curves are fitted against
 from __future__ import annotations
 
 import math
-from itertools import combinations
 
 import numpy as np
 import pandas as pd
 
 from ..core.schema import AVERAGE, METRICS, SCORE_KEYS
-from ..core.scores import ScoreError, at_window, metric_sweep, require_models, with_average
+from ..core.scores import ScoreError, metric_sweep, require_models, with_average
 
-__all__ = ['MIN_CORRELATION_N', 'MIN_FIT_WINDOWS', 'PLATEAU_DELTA', 'check_averages', 'classify_scaling',
-           'compare_correlations', 'context_to_reach', 'crossovers', 'dilution', 'dual_mode_delta', 'fit_log_curves',
-           'fit_logistic_curves', 'framework_table', 'gain_rates', 'metric_correlations', 'metric_gaps',
-           'metric_profile', 'metric_slopes', 'operating_points', 'predict_log_curve', 'predict_logistic_curve',
-           'routing_table']
+__all__ = ['MIN_FIT_WINDOWS', 'PLATEAU_DELTA', 'classify_scaling', 'context_to_reach', 'fit_log_curves',
+           'fit_logistic_curves', 'gain_rates', 'metric_slopes', 'operating_points', 'predict_log_curve',
+           'predict_logistic_curve', 'question_curves']
 
 #: Windows a curve needs before the report fits it, labels its behaviour or reads operating points and crossovers
 #: from it. A log curve has two parameters: with 5 windows its fit keeps 3 residual degrees of freedom (t = 3.18 for
 #: a 95% interval, against 12.7 with 3 windows), and a straight line through pure noise reaches R² = 0.25 on average
 #: (1 / (n - 1)) instead of 0.5 with 3. The paper fits 11 windows; its smallest sweep (Qwen-2.5-72B) has 6.
 MIN_FIT_WINDOWS = 5
-#: Observations a correlation needs before the report shows it: below 10, even r = 0.6 has a 95% interval
-#: (Fisher z) that reaches below 0 (-0.05 to 0.89 at n = 10), so the coefficient says nothing about its sign.
-MIN_CORRELATION_N = 10
 
 # --------------------------------------------------------------------------- curves
 
@@ -222,179 +219,6 @@ def operating_points(scores: pd.DataFrame, metric: str = AVERAGE, fraction: floa
     return pd.DataFrame(rows)
 
 
-def crossovers(
-    scores: pd.DataFrame, model_a: str, model_b: str, metric: str = AVERAGE, method: str = "observed",
-    intervals: pd.DataFrame | None = None,
-) -> pd.DataFrame:
-    """Contexts at which two models' curves cross.
-
-    Parameters
-    ----------
-    scores : DataFrame
-        A score frame with one system and mode.
-    model_a, model_b : str
-        The two models.
-    metric : str
-        Metric of the curves.
-    method : {"observed", "log_fit"}
-        ``"observed"``: linear interpolation in ln(context) of the score difference
-        between consecutive shared contexts where its sign changes. ``"log_fit"``:
-        the intersection of the two fitted log curves (at most one), reported only
-        if it lies inside the shared context range.
-    intervals : DataFrame, optional
-        :func:`fabnb.analysis.intervals.mean_intervals` of the same scores. With it, a crossing is ``separated`` only
-        where the two curves' intervals separate on both sides: at some window below it the leader below is
-        ahead by more than the intervals' overlap, and at some window above it the other one is.
-
-    Returns
-    -------
-    DataFrame
-        model_a, model_b, method, context_k, leader_below, leader_above, separated (None without
-        ``intervals``). Empty if the curves do not cross.
-
-    Examples
-    --------
-    >>> import pandas as pd
-    >>> df = pd.DataFrame({"model": ["a"] * 2 + ["b"] * 2, "context_k": [4, 16] * 2,
-    ...                    "metric": "average", "score": [0.6, 0.7, 0.5, 0.8]})
-    >>> crossovers(df, "a", "b").context_k.round(3).tolist()
-    [8.0]
-    """
-    require_models(scores, model_a, model_b)
-    curves = metric_sweep(scores, metric)
-    a = curves[curves["model"] == model_a].set_index("context_k")["score"]
-    b = curves[curves["model"] == model_b].set_index("context_k")["score"]
-    shared = a.index.intersection(b.index).sort_values()
-    columns = ["model_a", "model_b", "method", "context_k", "leader_below", "leader_above", "separated"]
-    if len(shared) < 2:
-        raise ScoreError(f"{model_a!r} and {model_b!r} share {len(shared)} context(s); a crossover needs 2.")
-    rows = []
-    if method == "observed":
-        d = (a[shared] - b[shared]).to_numpy()
-        x = np.log(shared.to_numpy(float))
-        for i in range(len(d) - 1):
-            if d[i] == 0 or d[i] * d[i + 1] >= 0:
-                continue
-            xc = x[i] + d[i] / (d[i] - d[i + 1]) * (x[i + 1] - x[i])
-            rows.append([model_a, model_b, method, math.exp(xc),
-                         model_a if d[i] > 0 else model_b, model_a if d[i + 1] > 0 else model_b, None])
-    elif method == "log_fit":
-        fits = fit_log_curves(curves[curves["model"].isin([model_a, model_b])], metric).set_index("model")
-        fa, fb = fits.loc[model_a], fits.loc[model_b]
-        if fa["status"] == "fitted" and fb["status"] == "fitted" and fa["slope"] != fb["slope"]:
-            xc = (fb["intercept"] - fa["intercept"]) / (fa["slope"] - fb["slope"])
-            kc = math.exp(xc)
-            if shared.min() <= kc <= shared.max():
-                steeper_a = fa["slope"] > fb["slope"]
-                rows.append([model_a, model_b, method, kc,
-                             model_b if steeper_a else model_a, model_a if steeper_a else model_b, None])
-    else:
-        raise ValueError(f"method must be 'observed' or 'log_fit', not {method!r}")
-    if intervals is not None:
-        for row in rows:
-            row[6] = _separated(intervals, metric, row[3], row[4], row[5], shared)
-    return pd.DataFrame(rows, columns=columns)
-
-
-def _separated(intervals: pd.DataFrame, metric: str, at_k: float, below: str, above: str, shared) -> bool:
-    """Whether ``below`` is ahead beyond both intervals at some shared window under ``at_k``, and ``above`` at some
-    window over it."""
-    ci = intervals[intervals["metric"] == metric].set_index(["model", "context_k"])
-
-    def ahead(lead: str, other: str, ks) -> bool:
-        for k in ks:
-            if (lead, k) in ci.index and (other, k) in ci.index:
-                if ci.loc[(lead, k), "ci_low"] > ci.loc[(other, k), "ci_high"]:
-                    return True
-        return False
-
-    ks = [float(k) for k in shared]
-    return bool(ahead(below, above, [k for k in ks if k < at_k]) and ahead(above, below, [k for k in ks if k > at_k]))
-
-
-def routing_table(scores: pd.DataFrame, metric: str = AVERAGE, models=None, per_question: pd.DataFrame | None = None,
-                  *, ci: float = 0.95, n_boot: int | None = None, seed: int | None = None) -> pd.DataFrame:
-    """The best model at each observed context, and the ranges each model wins.
-
-    With ``per_question`` scores (a ``test_id`` column, the same models), a window has a winner only where the
-    leader's paired difference from the runner-up, over the questions both answered, is claimed under the kit's
-    multiple-comparison policy (:data:`fabnb.core.stats.FAMILY_METHOD`: Holm over the table's windows, p < 0.05);
-    its interval is shown at the table's Bonferroni level. Elsewhere ``winner`` reads ``"within noise"`` and the
-    range runs of the winners only.
-
-    Returns
-    -------
-    DataFrame
-        One row per context: context_k, best_model, best_score, runner_up, runner_up_score, margin, and range
-        (``"from-toK"`` of the run of consecutive contexts the same model wins, the routing rule of Section 8.2).
-        With ``per_question`` also: n (paired questions), margin_ci_low, margin_ci_high (at level ``ci_level``),
-        p_value (paired t), p_holm, winner (the best model, or ``"within noise"``). Contexts where fewer than two
-        of the models were measured are left out.
-
-    Examples
-    --------
-    >>> per = pd.DataFrame({"model": ["a", "b"] * 6, "context_k": 4.0, "metric": "average",
-    ...                     "test_id": [q for q in range(6) for _ in "ab"],
-    ...                     "score": [0.61, 0.60, 0.55, 0.57, 0.70, 0.69, 0.40, 0.42, 0.66, 0.65, 0.5, 0.5]})
-    >>> routing_table(per.groupby(["model", "context_k", "metric"], as_index=False)["score"].mean(),
-    ...               per_question=per)[["best_model", "winner"]].to_dict("records")
-    [{'best_model': 'b', 'winner': 'within noise'}]
-    """
-    curves = metric_sweep(scores, metric)
-    if models is not None:
-        require_models(curves, *models)
-        curves = curves[curves["model"].isin(models)]
-    rows = []
-    for k, g in curves.groupby("context_k"):
-        if len(g) < 2:
-            continue
-        g = g.sort_values("score", ascending=False)
-        rows.append({"context_k": k, "best_model": g["model"].iloc[0], "best_score": g["score"].iloc[0],
-                     "runner_up": g["model"].iloc[1], "runner_up_score": g["score"].iloc[1],
-                     "margin": g["score"].iloc[0] - g["score"].iloc[1]})
-    table = pd.DataFrame(rows)
-    if table.empty:
-        return table.assign(range=[])
-    leader = table["best_model"]
-    if per_question is not None:
-        table = _paired_margins(table, per_question, metric, ci, n_boot, seed)
-        leader = table["winner"]
-    run = (leader != leader.shift()).cumsum()
-    bounds = table.groupby(run)["context_k"].agg(["min", "max"])
-    table["range"] = [_span(bounds.loc[r, "min"], bounds.loc[r, "max"]) if w != "within noise" else ""
-                      for r, w in zip(run, leader)]
-    return table
-
-
-def _paired_margins(table: pd.DataFrame, per_question: pd.DataFrame, metric: str, ci: float, n_boot, seed):
-    """The routing table with each window's leader - runner-up paired over questions, and the winner it carries."""
-    from ..core.stats import N_BOOT, SEED, adjust_pvalues, cell_means, family_level
-
-    level = family_level(ci, len(table))
-    diffs = []
-    for row in table.itertuples(index=False):
-        both = [_question_curves(per_question, metric, m).get(row.context_k) for m in (row.best_model, row.runner_up)]
-        if any(b is None for b in both):
-            continue
-        d = (both[0] - both[1]).dropna()
-        diffs.append(pd.DataFrame({"context_k": row.context_k, "test_id": d.index, "d": d.to_numpy(float)}))
-    cols = ["context_k", "n", "margin_ci_low", "margin_ci_high", "p_value"]
-    paired = (cell_means(pd.concat(diffs), ["context_k"], value="d", n_boot=N_BOOT if n_boot is None else n_boot,
-                         seed=SEED if seed is None else seed, ci=level, bounds=(-1.0, 1.0))
-              .drop(columns="n").rename(columns={"n_clusters": "n", "ci_low": "margin_ci_low",
-                                                 "ci_high": "margin_ci_high"})[cols]
-              if diffs else pd.DataFrame(columns=cols))
-    out = table.merge(paired, on="context_k", how="left")
-    out["p_holm"] = adjust_pvalues(out["p_value"].to_numpy(float))
-    out["ci_level"] = level
-    out["winner"] = np.where(out["p_holm"] < 0.05, out["best_model"], "within noise")
-    return out
-
-
-def _span(lo: float, hi: float) -> str:
-    return f"{lo:g}K" if lo == hi else f"{lo:g}-{hi:g}K"
-
-
 def _point_label(k: np.ndarray, y: np.ndarray, log_r2: float, rule: dict) -> tuple[str, str, dict]:
     """The paper's Section 4.3 rule on one value per window (the published tables): label, deciding clause, and the
     point statistics."""
@@ -415,9 +239,22 @@ def _point_label(k: np.ndarray, y: np.ndarray, log_r2: float, rule: dict) -> tup
     return "undetermined", f"no decline but log-curve R² = {log_r2:.3f} (< {rule['min_log_r2']:g})", stats
 
 
-def _question_curves(per_question: pd.DataFrame, metric: str, model) -> pd.DataFrame:
-    """One model's per-question scores of ``metric``: a row per question scored at every window (replicates
-    averaged), a column per window, in window order."""
+def question_curves(per_question: pd.DataFrame, metric: str, model) -> pd.DataFrame:
+    """One model's per-question curves of ``metric``, for statistics paired over questions.
+
+    Returns
+    -------
+    DataFrame
+        Index test_id (the questions scored at every window; replicates averaged), one column per context_k in
+        window order. ``metric="average"`` is computed from the six metrics when the frame has no average rows.
+
+    Examples
+    --------
+    >>> per = pd.DataFrame({"model": "m", "context_k": [4.0, 8.0, 4.0, 8.0, 4.0], "metric": "depth",
+    ...                     "test_id": ["q1", "q1", "q2", "q2", "q3"], "score": [.2, .4, .5, .7, .9]})
+    >>> question_curves(per, "depth", "m").to_dict("index")
+    {'q1': {4.0: 0.2, 8.0: 0.4}, 'q2': {4.0: 0.5, 8.0: 0.7}}
+    """
     rows = per_question[(per_question["model"] == model) & per_question["context_k"].notna()]
     keys = [c for c in SCORE_KEYS if c in rows.columns] + ["metric"]
     rows = rows.assign(score=rows["score"].astype(float)).groupby(keys, dropna=False)["score"].mean().reset_index()
@@ -505,7 +342,8 @@ def classify_scaling(
 
     **Per-question scores** (a ``test_id`` column): a label only with evidence, each statistic a mean over the
     questions scored at every window with its interval (:func:`fabnb.core.stats.cell_means`), at the family level
-    of the table (:func:`fabnb.core.stats.family_level`: ``ci`` shared by the curves labelled, Bonferroni):
+    of the table (:func:`fabnb.core.stats.family_level`, Bonferroni: ``ci`` shared by two decisions per curve
+    labelled, its slope's and its last doubling's; 97.5% for one curve):
 
     1. **cold-start**: the first window's interval lies below ``cold_start_fraction`` (60%) of the peak window's;
     2. **decline**: the last doubling's gain (last window minus the largest window at most half of it) has its
@@ -518,7 +356,7 @@ def classify_scaling(
     6. **undetermined**: anything else, with the intervals in the rule.
 
     Simulated (benchmarks/bench_coverage.py, docs/statistics.md), a flat curve gets a growth, decline or
-    saturation label in at most 5% of studies at any number of questions.
+    saturation label in at most 3.5% of studies at any number of questions (at most 5% is the target).
 
     **One value per window** (the published tables, no ``test_id``): the paper's rule on points, in this order:
     cold-start if the first score is below ``cold_start_fraction`` of the peak; early saturation if the final score is
@@ -568,7 +406,9 @@ def classify_scaling(
     logistic = fit_logistic_curves(curves, metric).set_index("model")
     needs = max(min_windows, 3)
     labelled = (curves.groupby("model", sort=False)["context_k"].nunique() >= needs).sum()
-    level = family_level(ci, labelled)
+    # A flat curve has two ways to a wrong shape: its slope (growth, saturation) or its last doubling (decline); each
+    # curve is two decisions of the family, so all of the table's wrong labels together stay under 1 - ci.
+    level = family_level(ci, 2 * labelled)
     point_rule = {"cold_start_fraction": cold_start_fraction, "decline_pct": decline_pct, "plateau_pct": plateau_pct,
                   "min_log_r2": min_log_r2}
     rows = []
@@ -580,7 +420,7 @@ def classify_scaling(
                "s_curve_preferred": bool(logistic.loc[model, "status"] == "fitted"
                                          and logistic.loc[model, "aic"] < log.loc[model, "aic"] - 2)}
         if per_question is not None:
-            q = _question_curves(per_question, metric, model)
+            q = question_curves(per_question, metric, model)
             row.update(evidence="intervals", n_questions=len(q), ci=level)
             if len(q.columns) >= needs and len(q):
                 ev = _evidence(q, level, N_BOOT if n_boot is None else n_boot, SEED if seed is None else seed)
@@ -662,309 +502,3 @@ def context_to_reach(scores: pd.DataFrame, threshold: float, metrics=METRICS) ->
             rows.append({"model": model, "metric": metric, "threshold": threshold,
                          "context_k": hit["context_k"].iloc[0] if len(hit) else float("nan")})
     return pd.DataFrame(rows)
-
-
-# --------------------------------------------------------------------- correlations
-
-
-def metric_correlations(
-    scores: pd.DataFrame, method: str = "pearson", by: str | None = None, metrics=METRICS,
-    min_n: int = MIN_CORRELATION_N,
-) -> pd.DataFrame:
-    """Correlations between metrics across configurations, with p-values and n.
-
-    Each configuration (a distinct system, model, context, output, mode and
-    question where those columns exist) is one observation of the six metrics.
-
-    Parameters
-    ----------
-    method : {"pearson", "spearman"}
-    by : str or None
-        Column to compute separate tables for (e.g. ``"model"``); None pools all.
-    min_n : int
-        Observations a coefficient needs to be shown (:data:`MIN_CORRELATION_N`); below it
-        ``enough`` is False (r is still computed from 3 up, for whoever wants it).
-
-    Returns
-    -------
-    DataFrame
-        group ("all" when pooled), metric_a, metric_b (each unordered pair once, in
-        metric order), method, r, r_ci_low, r_ci_high (95%, Fisher z: :func:`fabnb.core.stats.fisher_z_interval`,
-        unadjusted), p_value, n, enough (n >= ``min_n``), p_holm (Holm over the group's pairs, one family:
-        :data:`fabnb.core.stats.FAMILY_METHOD`).
-
-    Examples
-    --------
-    >>> import pandas as pd
-    >>> df = pd.DataFrame({"model": "m", "context_k": [4, 4, 8, 8, 16, 16],
-    ...                    "metric": ["depth", "relevance"] * 3, "score": [.1, .2, .2, .4, .3, .6]})
-    >>> metric_correlations(df, metrics=["depth", "relevance"]).r.round(6).tolist()
-    [1.0]
-    """
-    from scipy import stats
-
-    from ..core.stats import adjust_pvalues, fisher_z_interval
-
-    test = {"pearson": stats.pearsonr, "spearman": stats.spearmanr}.get(method)
-    if test is None:
-        raise ValueError(f"method must be 'pearson' or 'spearman', not {method!r}")
-    keys = [c for c in SCORE_KEYS if c in scores.columns]
-    chosen = scores[scores["metric"].isin(metrics)]
-    if chosen.empty:
-        raise ValueError(f"no scores of the metrics {list(metrics)} to correlate")
-    wide = chosen.pivot_table(index=keys, columns="metric", values="score", aggfunc="first", dropna=False
-                              ).reset_index()
-    for m in metrics:  # a metric with no score at all: an empty column, so its pairs show n = 0
-        if m not in wide.columns:
-            wide[m] = np.nan
-    groups = [("all", wide)] if by is None else list(wide.groupby(by, sort=False))
-    rows = []
-    for name, g in groups:
-        for a, b in combinations(list(metrics), 2):
-            pair = g[[a, b]].dropna()
-            if len(pair) < 3 or pair[a].nunique() < 2 or pair[b].nunique() < 2:
-                r, p = float("nan"), float("nan")
-            else:
-                r, p = test(pair[a], pair[b])
-            lo, hi = fisher_z_interval(float(r), len(pair))
-            rows.append({"group": name, "metric_a": a, "metric_b": b, "method": method,
-                         "r": float(r), "r_ci_low": lo, "r_ci_high": hi, "p_value": float(p), "n": len(pair),
-                         "enough": bool(len(pair) >= min_n and not math.isnan(float(r)))})
-    out = pd.DataFrame(rows)
-    # One table, one family: the pairs of a group (15 for six metrics) are adjusted together, Holm.
-    out["p_holm"] = out.groupby("group", sort=False)["p_value"].transform(lambda p: adjust_pvalues(p.to_numpy(float)))
-    return out
-
-
-def compare_correlations(computed: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
-    """Put computed correlations beside published ones (e.g. Table 4), pair by pair.
-
-    Parameters
-    ----------
-    computed : DataFrame
-        From :func:`metric_correlations` (one group).
-    published : DataFrame
-        Columns metric_a, metric_b, r (any triangle; the diagonal is ignored).
-
-    Returns
-    -------
-    DataFrame
-        metric_a, metric_b, r_published, r_computed, difference (computed - published).
-    """
-    def key(df):
-        return df.apply(lambda r: tuple(sorted((r["metric_a"], r["metric_b"]))), axis=1)
-
-    pub = published[published["metric_a"] != published["metric_b"]].assign(pair=lambda d: key(d))
-    com = computed.assign(pair=lambda d: key(d))
-    out = com.merge(pub[["pair", "r"]].rename(columns={"r": "r_published"}), on="pair", how="outer")
-    out = out.rename(columns={"r": "r_computed"})
-    out["difference"] = out["r_computed"] - out["r_published"]
-    return out[["metric_a", "metric_b", "r_published", "r_computed", "difference"]].reset_index(drop=True)
-
-
-# ---------------------------------------------------------------- attention dilution
-
-
-def dilution(scores: pd.DataFrame, from_k: float, to_k: float, metrics=METRICS + (AVERAGE,)) -> pd.DataFrame:
-    """Per model and metric change between two context windows (Section 5.4, Figure 6).
-
-    The paper reports these changes two ways: Section 5.4's text as relative
-    percent (Gemini relevance -6.1%), Figure 6's caption as percentage points of
-    the 0-1 score (-5.4%). Both are given.
-
-    Returns
-    -------
-    DataFrame
-        model, metric, from_k, to_k, score_from, score_to, delta (score units),
-        delta_points (delta x 100, percentage points), relative_pct
-        (100 x delta / score_from). Models lacking either context are left out.
-
-    Examples
-    --------
-    >>> import pandas as pd
-    >>> df = pd.DataFrame({"model": "m", "context_k": [28, 32], "metric": "relevance",
-    ...                    "score": [0.890, 0.836]})
-    >>> d = dilution(df, 28, 32, metrics=["relevance"])
-    >>> round(d.delta_points.item(), 1), round(d.relative_pct.item(), 1)
-    (-5.4, -6.1)
-    """
-    rows = []
-    for metric in metrics:
-        curves = metric_sweep(scores, metric)
-        for model, g in curves.groupby("model", sort=False):
-            s = g.set_index("context_k")["score"]
-            if from_k not in s.index or to_k not in s.index:
-                continue
-            a, b = s[from_k], s[to_k]
-            rows.append({"model": model, "metric": metric, "from_k": from_k, "to_k": to_k,
-                         "score_from": a, "score_to": b, "delta": b - a, "delta_points": 100 * (b - a),
-                         "relative_pct": 100 * (b - a) / a if a else float("nan")})
-    if not rows:
-        raise ScoreError(f"no model has scores at both {from_k:g}K and {to_k:g}K.")
-    return pd.DataFrame(rows)
-
-
-# ------------------------------------------------------------------ metric profiles
-
-
-def metric_profile(scores: pd.DataFrame, context_k: float | None = None, by: str = "model") -> pd.DataFrame:
-    """The six metrics side by side at one operating point, with balance statistics.
-
-    Parameters
-    ----------
-    context_k : float or None
-        The context window; None uses rows without a context (e.g. Table 5).
-    by : str
-        Column naming the profiles (``"model"`` or ``"system"``).
-
-    Returns
-    -------
-    DataFrame
-        One row per ``by`` value: the six metric columns, average (mean of the six),
-        best_metric, worst_metric, range (max - min), std (population).
-    """
-    rows = at_window(scores[scores["metric"].isin(METRICS)], context_k)
-    if rows.empty:
-        where = "without a context" if context_k is None else f"at {context_k:g}K"
-        raise ScoreError(f"no metric scores {where}.")
-    # The mean: a per-question frame has one row per question (the published tables, one row per cell).
-    wide = rows.pivot_table(index=by, columns="metric", values="score", aggfunc="mean", sort=False)
-    wide = wide.reindex(columns=list(METRICS))
-    out = wide.copy()
-    out["average"] = wide.mean(axis=1)
-    out["best_metric"] = wide.idxmax(axis=1)
-    out["worst_metric"] = wide.idxmin(axis=1)
-    out["range"] = wide.max(axis=1) - wide.min(axis=1)
-    out["std"] = wide.std(axis=1, ddof=0)
-    return out.reset_index()
-
-
-def metric_gaps(scores: pd.DataFrame, context_k: float | None = None, by: str = "model") -> pd.DataFrame:
-    """Gaps and ratios between every ordered pair of metrics at one operating point.
-
-    Returns
-    -------
-    DataFrame
-        <by>, metric_a, metric_b, score_a, score_b, gap (a - b), ratio (a / b),
-        pct_higher (100 x (a - b) / b), as Section 5.5 states them ("79% higher",
-        "a 2.3x ratio").
-    """
-    profile = metric_profile(scores, context_k, by)
-    rows = []
-    for _, p in profile.iterrows():
-        for a in METRICS:
-            for b in METRICS:
-                if a != b:
-                    rows.append({by: p[by], "metric_a": a, "metric_b": b, "score_a": p[a], "score_b": p[b],
-                                 "gap": p[a] - p[b], "ratio": p[a] / p[b] if p[b] else float("nan"),
-                                 "pct_higher": 100 * (p[a] - p[b]) / p[b] if p[b] else float("nan")})
-    return pd.DataFrame(rows)
-
-
-def framework_table(scores: pd.DataFrame, by: str = "system", context_k: float | None = None) -> pd.DataFrame:
-    """Cross-framework table in the shape of Table 5, with averages checked.
-
-    Parameters
-    ----------
-    by : str
-        The column naming the frameworks.
-    context_k : float or None
-        The operating point: None uses rows without a context (Table 5), a number the rows at that window (a
-        live run's). Rows of one cell (questions of a per-question frame) are averaged.
-
-    Returns
-    -------
-    DataFrame
-        Index: the six metrics, then ``average (reported)`` (if the frame has
-        ``average`` rows) and ``average (recomputed)``; one column per system.
-
-    Examples
-    --------
-    >>> from fabnb.data.published import frameworks
-    >>> framework_table(frameworks()).loc["average (recomputed)"].round(3).to_dict()  # Table 5
-    {'RAGFlow': 0.545, 'MaxKB': 0.574, 'Metaso': 0.666}
-    """
-    rows = at_window(scores, context_k)
-    if rows.empty:
-        raise ScoreError("no rows without a context: a framework table needs one operating point per system."
-                         if context_k is None else f"no rows at {context_k:g}K; pick a window the scores hold.")
-    wide = rows.pivot_table(index="metric", columns=by, values="score", aggfunc="mean", sort=False)
-    table = wide.reindex(list(METRICS))
-    recomputed = table.mean(axis=0).rename("average (recomputed)")
-    parts = [table]
-    if AVERAGE in wide.index:
-        parts.append(wide.loc[[AVERAGE]].rename(index={AVERAGE: "average (reported)"}))
-    parts.append(recomputed.to_frame().T)
-    out = pd.concat(parts)
-    out.columns.name = by
-    return out
-
-
-def check_averages(scores: pd.DataFrame, tolerance: float = 0.001) -> pd.DataFrame:
-    """Compare each reported ``average`` with the mean of the six metric scores.
-
-    The default tolerance allows for the rounding of both the six printed
-    metrics and the printed average to three decimals.
-
-    Returns
-    -------
-    DataFrame
-        The configuration keys, reported, recomputed, difference, consistent.
-    """
-    keys = [c for c in SCORE_KEYS if c in scores.columns]
-    six = scores[scores["metric"].isin(METRICS)].groupby(keys, dropna=False)["score"].agg(["mean", "count"])
-    rep = scores.loc[scores["metric"] == AVERAGE, keys + ["score"]].rename(columns={"score": "reported"})
-    # merge (not join): pandas matches missing keys (a framework without a context) to each other.
-    out = six.reset_index().merge(rep, on=keys, how="inner")
-    out = out.rename(columns={"mean": "recomputed", "count": "n_metrics"})
-    out["difference"] = out["reported"] - out["recomputed"]
-    out["consistent"] = out["difference"].abs() <= tolerance + 1e-12
-    return out
-
-
-# ---------------------------------------------------------------------- dual mode
-
-
-def dual_mode_delta(results: pd.DataFrame) -> pd.DataFrame:
-    """Per question and metric difference between mode B and mode A (Appendix F.3).
-
-    Mode A (``with_kb``) asks the system with its own retrieval; mode B
-    (``without_kb``) injects the gold context. A large positive delta points at
-    retrieval; low scores in both modes point at generation.
-
-    Parameters
-    ----------
-    results : DataFrame
-        A score frame with a ``mode`` column holding ``"A"``/``"B"`` (or
-        ``"with_kb"``/``"without_kb"``).
-
-    Returns
-    -------
-    DataFrame
-        The key columns (without mode), metric, score_a, score_b, delta (B - A),
-        paired (False where one mode is missing; delta is then NaN).
-
-    Examples
-    --------
-    >>> import pandas as pd
-    >>> df = pd.DataFrame({"model": "m", "context_k": 8, "test_id": "ROB_001", "metric": "factuality",
-    ...                    "mode": ["A", "B"], "score": [0.4, 0.9]})
-    >>> dual_mode_delta(df).delta.round(3).tolist()
-    [0.5]
-    """
-    if "mode" not in results.columns:
-        raise ScoreError("dual-mode results need a 'mode' column with values A/B (or with_kb/without_kb).")
-    names = {"A": "A", "B": "B", "with_kb": "A", "without_kb": "B"}
-    modes = results["mode"].map(names)
-    if modes.isna().any():
-        bad = results.loc[modes.isna(), "mode"].iloc[0]
-        raise ScoreError(f"unknown mode {bad!r}; expected one of {sorted(names)}.")
-    keys = [c for c in SCORE_KEYS if c in results.columns and c != "mode"] + ["metric"]
-    wide = results.assign(mode=modes).pivot_table(index=keys, columns="mode", values="score",
-                                                  aggfunc="first", dropna=False)
-    wide = wide.reindex(columns=["A", "B"]).rename(columns={"A": "score_a", "B": "score_b"}).reset_index()
-    wide.columns.name = None
-    wide["delta"] = wide["score_b"] - wide["score_a"]
-    wide["paired"] = wide["score_a"].notna() & wide["score_b"].notna()
-    return wide
-

@@ -19,7 +19,7 @@ import pandas as pd
 from ..core.schema import SCORE_KEYS
 from ..core.scores import ScoreError, with_average
 from ..core.stats import N_BOOT, SEED, adjust_pvalues, cell_means, shown_interval
-from .curves import dual_mode_delta
+from .comparison import dual_mode_delta
 
 __all__ = ["MIN_ORDER_QUESTIONS", "DifficultyOrder", "difficulty_order", "mean_intervals", "mode_gap"]
 

@@ -222,7 +222,9 @@ def plot_deltas(deltas: pd.DataFrame, value: str = "delta", ax=None, models=None
     Parameters
     ----------
     deltas : DataFrame
-        From :func:`fabnb.analysis.curves.dilution`.
+        From :func:`fabnb.analysis.metrics.dilution`. With its ``claimed`` column (per-question scores), only
+        claimed changes are coloured and the scale spans them; the others are grey with their value printed, so
+        noise neither takes a colour nor stretches the scale.
     value : {"delta", "delta_points", "relative_pct"}
         Score units (as Figure 6), percentage points, or relative percent (as the
         text of Section 5.4).
@@ -244,10 +246,20 @@ def plot_deltas(deltas: pd.DataFrame, value: str = "delta", ax=None, models=None
     wide = wide.reindex(columns=list(METRICS)).rename(columns=METRIC_LABELS)
     if models is not None:
         wide = wide.reindex(models)
-    lim = float(np.nanmax(np.abs(wide.to_numpy(float)))) or 1.0
+    noise = np.zeros(wide.shape, dtype=bool)
+    if "claimed" in d.columns:
+        claimed = d.pivot_table(index="model", columns="metric", values="claimed", aggfunc="first", sort=False)
+        claimed = claimed.reindex(columns=list(METRICS)).rename(columns=METRIC_LABELS).reindex(wide.index)
+        noise = ~claimed.fillna(False).astype(bool).to_numpy()
+    coloured = np.where(noise, np.nan, wide.to_numpy(float))
+    lim = float(np.nanmax(np.abs(coloured))) if np.isfinite(coloured).any() else 0.0
     label, fmt = units[value]
-    sns.heatmap(wide, ax=ax, cmap="RdYlGn", center=0, vmin=-lim, vmax=lim, annot=True, fmt=fmt,
-                linewidths=0.5, cbar_kws={"label": label})
+    ax.set_facecolor("#e6e6e6")  # masked (within the noise) and missing cells show the axes' grey
+    sns.heatmap(wide, ax=ax, cmap="RdYlGn", center=0, vmin=-(lim or 1.0), vmax=lim or 1.0, annot=True, fmt=fmt,
+                linewidths=0.5, cbar_kws={"label": label}, mask=noise | wide.isna().to_numpy())
+    for i, j in zip(*np.nonzero(noise & wide.notna().to_numpy())):
+        ax.text(j + 0.5, i + 0.5, format(wide.iat[i, j], fmt), ha="center", va="center", color="#555555",
+                fontsize="small")
     k0, k1 = d["from_k"].iloc[0], d["to_k"].iloc[0]
     ax.set_title(f"Metric-level change: {k0:g}K → {k1:g}K context window")
     ax.set_xlabel("")
@@ -262,7 +274,7 @@ def plot_radar(profile: pd.DataFrame, label: str = "model", ax=None, title: str 
     ----------
     profile : DataFrame
         One row per series, with the six metric columns (as from
-        :func:`fabnb.analysis.curves.metric_profile`) and a ``label`` column.
+        :func:`fabnb.analysis.metrics.metric_profile`) and a ``label`` column.
     ax : polar Axes, optional
         Must be polar (``fig.add_subplot(projection="polar")``).
 
@@ -300,7 +312,7 @@ def plot_correlations(correlations: pd.DataFrame, value: str = "r", ax=None, tit
     ----------
     correlations : DataFrame
         Columns metric_a, metric_b and ``value`` (from
-        :func:`fabnb.analysis.curves.metric_correlations` or the published Table 4), and where present
+        :func:`fabnb.analysis.metrics.metric_correlations` or the published Table 4), and where present
         n and enough: a cell with too few observations reads "too few" with its n and is not coloured.
     scale : {"full", "paper"}
         ``"full"``: the whole range -1 to 1 on a diverging map centred at 0, for any scores.

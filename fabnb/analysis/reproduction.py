@@ -22,12 +22,14 @@ from .. import __version__
 from ..core.schema import AVERAGE, METRIC_LABELS, SCORE_KEYS
 from ..core.scores import ScoreError, with_average
 from ..data import published
+from . import comparison as C
 from . import curves as A
+from . import metrics as M
 from . import plots
 from .claims import VERDICTS, Paper, check_claims
 from .intervals import mean_intervals, mode_gap
 
-__all__ = ['Report', 'Reproduction', 'reproduce']
+__all__ = ['FEW_QUESTIONS', 'Report', 'Reproduction', 'reproduce']
 
 
 @dataclass
@@ -270,7 +272,7 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
     _scaling_section(report, sweeps, primary, drawn, tabs, 3 if is_paper else min_windows, intervals,
                      per_question, stats)
     _crossover_section(report, main, primary, tabs, 3 if is_paper else min_windows, intervals, per_question, stats)
-    _diagnostics_section(report, main, sweeps, primary, is_paper, drawn, tabs, intervals)
+    _diagnostics_section(report, main, sweeps, primary, is_paper, drawn, tabs, intervals, per_question, stats)
     _framework_section(report, data[data["context_k"].isna()], drawn, tabs)
     _consistency_section(report, data, tabs)
     if has_flags and int(flags["flagged"].sum()):
@@ -334,7 +336,11 @@ def _changed(ours: Path, theirs: Path, name: str, key: list, value: str) -> str 
     if value not in x.columns or value not in y.columns or not set(key) <= set(x.columns) & set(y.columns):
         return None
     both = x[key + [value]].merge(y[key + [value]], on=key, how="outer", suffixes=("", "_without"))
-    if pd.api.types.is_numeric_dtype(both[value]) and pd.api.types.is_numeric_dtype(both[f"{value}_without"]):
+    def number(col: pd.Series) -> bool:
+        # a yes/no column (mode_gap's claimed) is numeric to pandas but has no size of change
+        return pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
+
+    if number(both[value]) and number(both[f"{value}_without"]):
         moved = (both[f"{value}_without"] - both[value]).abs()
         return (f"{int(moved.notna().sum())} of {len(both)} in both, the largest change {moved.max():.3f}"
                 if moved.notna().any() else None)
@@ -378,16 +384,40 @@ def _interval_section(report: Report, intervals: pd.DataFrame, tabs: Path) -> No
     report.table(wide, "Mean [95% interval] per system, window and metric")
 
 
+#: Below this many questions a table whose every difference is within noise says so in one line, with the size a
+#: difference would need, instead of leaving the reader a wall of "within noise".
+FEW_QUESTIONS = 10
+
+
+def _nothing_passes(table: pd.DataFrame, claimed: str, low: str, high: str, what: str) -> str | None:
+    """One plain line when no row of a family table is claimed and its questions are few: how large a difference
+    would have to be to pass here, and what would change that; None otherwise."""
+    if table.empty or claimed not in table.columns or "n" not in table.columns:
+        return None
+    n = pd.to_numeric(table["n"], errors="coerce").median()
+    if table[claimed].fillna(False).astype(bool).any() or pd.isna(n) or n >= FEW_QUESTIONS:
+        return None
+    half = ((table[high] - table[low]) / 2).median()
+    size = f"about ±{half:.3f}" if pd.notna(half) else "more than the scores vary (no interval could be drawn)"
+    return (f"**Nothing in this table passes.** With {n:g} questions per comparison, {what} would have to exceed "
+            f"{size} (the median half-width of its intervals) to be claimed, and none does. "
+            "Four times as many questions halve that; this table cannot settle any of its rows as it is.")
+
+
 def _mode_gap_section(report: Report, gap: pd.DataFrame, others: list, figs: _Figures, tabs: Path) -> None:
     """Mode B - mode A per system and window: paired over questions."""
     _save_table(gap, tabs, "mode_gap")
     report.heading("Dual mode: gold context (B) against own retrieval (A), Appendix F.3")
-    report.text("delta is the mean over the questions scored in both modes of (B - A), with a paired 95% bootstrap "
-                "interval over those questions; b_better is the share of them where B scored higher. A positive "
-                "delta whose interval excludes 0 says retrieval lost what the gold context held. The analyses below "
-                "are of mode A; " + ", ".join(f"mode {m}'s are in [mode-{m}/report.md](mode-{m}/report.md)"
-                                              for m in others) + ".")
+    report.text("delta is the mean over the questions scored in both modes of (B - A), with its paired 95% interval "
+                "over those questions (unadjusted; fabnb.core.stats.cell_means); b_better is the share of them where "
+                "B scored higher. A gap is claimed where its Holm-adjusted paired p is below 0.05, the rows of one "
+                "metric one family (fabnb.core.stats.FAMILY_METHOD): a claimed positive delta says retrieval lost "
+                "what the gold context held. The analyses below are of mode A; "
+                + ", ".join(f"mode {m}'s are in [mode-{m}/report.md](mode-{m}/report.md)" for m in others) + ".")
     shown = gap[gap["metric"] == AVERAGE] if (gap["metric"] == AVERAGE).any() else gap
+    plain = _nothing_passes(shown, "claimed", "ci_low", "ci_high", "a B - A gap")
+    if plain:
+        report.text(plain)
     report.table(shown.drop(columns=[c for c in ("system", "output_k") if c in shown.columns]),
                  "B - A per system and window (average of the judged metrics; every metric in tables/mode_gap.csv)")
     if len(shown):
@@ -476,7 +506,8 @@ def _scaling_section(report: Report, sweeps: pd.DataFrame, primary: list, figs: 
         level = labels["ci"].dropna()
         report.text(f"A label only where the intervals carry it (analysis.classify_scaling): each interval over the "
                     f"questions scored at every window, at {level.iloc[0]:.1%} each "
-                    f"({len(labels)} curves, Bonferroni: 95% for the table) where any is drawn; a plateau or a "
+                    f"({len(labels)} curves, two decisions each, Bonferroni: 95% for the table) where any is drawn; "
+                    "a plateau or a "
                     f"flat curve needs its gain's interval inside ±{A.PLATEAU_DELTA:g}; anything else is "
                     "\"undetermined\"." if len(level) else "No curve has questions scored at every window.")
         report.table(labels[[c for c in ("model", "label", "rule", "n_questions", "slope", "slope_ci_low",
@@ -499,10 +530,10 @@ def _crossover_section(report: Report, main: pd.DataFrame, primary: list, tabs: 
     for i, a in enumerate(long):
         for b in long[i + 1:]:
             for method in ("observed", "log_fit"):
-                cross.append(A.crossovers(main, a, b, method=method, intervals=intervals))
+                cross.append(C.crossovers(main, a, b, method=method, intervals=intervals))
     cross = pd.concat(cross, ignore_index=True) if cross else pd.DataFrame()
     paired = per_question[per_question["model"].isin(primary)] if per_question is not None else None
-    routing = A.routing_table(main, per_question=paired, **(stats or {})) if len(primary) > 1 else pd.DataFrame()
+    routing = C.routing_table(main, per_question=paired, **(stats or {})) if len(primary) > 1 else pd.DataFrame()
     _save_table(cross, tabs, "crossovers")
     _save_table(routing, tabs, "routing")
     if len(primary) < 2:
@@ -522,12 +553,20 @@ def _crossover_section(report: Report, main: pd.DataFrame, primary: list, tabs: 
                     f"(fabnb.core.stats.FAMILY_METHOD); its interval is at {routing['ci_level'].iloc[0]:.1%} "
                     f"(Bonferroni). {won} of {len(routing)} windows have one"
                     + ("; route by the winners only." if won else "; nothing here supports a routing rule."))
+        plain = _nothing_passes(routing.assign(claimed=routing["winner"] != "within noise"), "claimed",
+                                "margin_ci_low", "margin_ci_high", "a leader's margin")
+        if plain:
+            report.text(plain)
     report.table(routing, "Best model per context window, and the runs each wins")
 
 
 def _diagnostics_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFrame, primary: list, is_paper: bool,
-                         figs: _Figures, tabs: Path, intervals: pd.DataFrame | None = None) -> None:
-    """Metric diagnostics (Section 5; Figures 4, 5, 6, 8; Table 4)."""
+                         figs: _Figures, tabs: Path, intervals: pd.DataFrame | None = None,
+                         per_question: pd.DataFrame | None = None, stats: dict | None = None) -> None:
+    """Metric diagnostics (Section 5; Figures 4, 5, 6, 8; Table 4); with per-question scores, the gaps between
+    metrics and the dilution deltas paired over questions, each table one family."""
+    paired = per_question[per_question["model"].isin(primary)] if per_question is not None else None
+    stats = stats or {}
     report.heading("Metric diagnostics (Section 5)")
     contexts = sorted(main["context_k"].unique())
     lo, hi = (4.0, 28.0) if is_paper else (contexts[0], contexts[-1])
@@ -535,24 +574,37 @@ def _diagnostics_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFram
         figs.draw(fig_name, f"Metric breakdown at {k:g}K ({caption})."
                   + (" Error bars: 95% bootstrap intervals over questions." if intervals is not None else ""),
                   lambda k=k: plots.plot_breakdown(main, k, models=primary, intervals=intervals))
-        profile = A.metric_profile(main, k)
+        profile = M.metric_profile(main, k)
         _save_table(profile, tabs, f"profile_{k:g}k")
         report.table(profile, f"Six-metric profiles at {k:g}K, with balance (range, std)")
-    gaps = A.metric_gaps(main, lo)
+    gaps = M.metric_gaps(main, lo, per_question=paired, **stats)
     _save_table(gaps, tabs, f"metric_gaps_{lo:g}k")
+    if "claimed" in gaps.columns:
+        claimed = gaps[gaps["claimed"].fillna(False).astype(bool) & (gaps["gap"] > 0)]
+        report.text(f"Gaps between metrics at {lo:g}K, paired over questions (tables/metric_gaps_{lo:g}k.csv; Holm "
+                    "over each model's 15 pairs): "
+                    + ("; ".join(f"{r.model}: {r.metric_a} above {r.metric_b} by {r.gap:.3f} "
+                                 f"[{r.gap_ci_low:.3f}, {r.gap_ci_high:.3f}]" for r in claimed.itertuples())
+                       if len(claimed) else "none is claimed") + ".")
     d0, d1 = (28.0, 32.0) if is_paper else (contexts[-2], contexts[-1]) if len(contexts) > 1 else (None, None)
     if d0 is not None:
-        deltas = A.dilution(main, d0, d1)
+        deltas = M.dilution(main, d0, d1, per_question=paired, **stats)
         _save_table(deltas, tabs, f"dilution_{d0:g}k_{d1:g}k")
-        figs.draw("fig6_deltas_score", f"Metric change {d0:g}K → {d1:g}K in score units (Figure 6).",
+        uncoloured = (" Cells are coloured only where the paired change is claimed (Holm over the table, p < 0.05); "
+                      "grey cells are within the noise, their value printed." if "claimed" in deltas.columns else "")
+        figs.draw("fig6_deltas_score", f"Metric change {d0:g}K → {d1:g}K in score units (Figure 6).{uncoloured}",
                   lambda: plots.plot_deltas(deltas, models=primary[::-1]))
-        figs.draw("fig6_deltas_relative", "The same as relative change (%), as Section 5.4's text reports it.",
-                  lambda: plots.plot_deltas(deltas, value="relative_pct", models=primary[::-1]))
+        figs.draw("fig6_deltas_relative", "The same as relative change (%), as Section 5.4's text reports it."
+                  + uncoloured, lambda: plots.plot_deltas(deltas, value="relative_pct", models=primary[::-1]))
+        plain = _nothing_passes(deltas, "claimed", "delta_ci_low", "delta_ci_high", "a change between the windows")
+        if plain:
+            report.text(plain)
         report.table(deltas.drop(columns=["from_k", "to_k"]),
-                     "Attention dilution: delta (score), percentage points and relative %")
+                     "Attention dilution: delta (score), percentage points and relative %"
+                     + ("; with the change paired over questions, its interval and claim" if uncoloured else ""))
     _correlation_section(report, main, sweeps, is_paper, figs, tabs)
     if is_paper:
-        radar = A.metric_profile(main, 18)
+        radar = M.metric_profile(main, 18)
         figs.draw("fig8_radar_18k", "Radar of the primary models' average profiles at 18K. Figure 8 plots the "
                   "single case MULTI_069 at 18K, whose six scores no table publishes (Table 6 gives only "
                   "Factuality), so this radar shows the models' averages at the same context instead.",
@@ -562,18 +614,18 @@ def _diagnostics_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFram
 def _correlation_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFrame, is_paper: bool, figs: _Figures,
                          tabs: Path) -> None:
     """Inter-metric correlations (Table 4): pooled and per model; against the published table for the paper."""
-    pearson = A.metric_correlations(main)
-    spearman = A.metric_correlations(main, method="spearman")
-    by_model = pd.concat([A.metric_correlations(main, by="model"),
-                          A.metric_correlations(main, method="spearman", by="model")], ignore_index=True)
+    pearson = M.metric_correlations(main)
+    spearman = M.metric_correlations(main, method="spearman")
+    by_model = pd.concat([M.metric_correlations(main, by="model"),
+                          M.metric_correlations(main, method="spearman", by="model")], ignore_index=True)
     _save_table(pd.concat([pearson, spearman], ignore_index=True), tabs, "correlations_pooled")
     _save_table(by_model, tabs, "correlations_by_model")
     if not is_paper:
         few = pearson[~pearson["enough"]]
         if len(few):
-            report.text(f"{len(few)} of {len(pearson)} metric pairs have fewer than {A.MIN_CORRELATION_N} "
+            report.text(f"{len(few)} of {len(pearson)} metric pairs have fewer than {M.MIN_CORRELATION_N} "
                         f"configurations (n = {int(few['n'].max())} at most): their cells read \"too few\" and are "
-                        "not coloured (fabnb.analysis.curves.MIN_CORRELATION_N, docs/statistics.md). More windows, "
+                        "not coloured (fabnb.analysis.metrics.MIN_CORRELATION_N, docs/statistics.md). More windows, "
                         "systems or modes give more configurations.")
         figs.draw("correlations", "Inter-metric Pearson correlations over all configurations, on the full -1 to 1 "
                   "scale.", lambda: plots.plot_correlations(pearson))
@@ -588,10 +640,10 @@ def _correlation_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFram
                      f"{len(pearson)} pairs are one family, Holm-adjusted (docs/statistics.md). The configurations "
                      "share questions and systems, so they are not independent draws: read p as a screen.")
         return
-    comparison = A.compare_correlations(pearson, published.correlations())
-    comparison["r_computed_all_39"] = A.compare_correlations(
-        A.metric_correlations(sweeps), published.correlations())["r_computed"]
-    comparison["spearman_33"] = A.compare_correlations(spearman, published.correlations())["r_computed"]
+    comparison = M.compare_correlations(pearson, published.correlations())
+    comparison["r_computed_all_39"] = M.compare_correlations(
+        M.metric_correlations(sweeps), published.correlations())["r_computed"]
+    comparison["spearman_33"] = M.compare_correlations(spearman, published.correlations())["r_computed"]
     _save_table(comparison, tabs, "table4_comparison")
 
     def side_by_side():
@@ -613,7 +665,7 @@ def _framework_section(report: Report, systems: pd.DataFrame, figs: _Figures, ta
     if systems.empty:
         return
     report.heading("Cross-framework evaluation (Section 6)")
-    table5 = A.framework_table(systems).reset_index(names="metric")
+    table5 = C.framework_table(systems).reset_index(names="metric")
     table5["metric"] = table5["metric"].map(lambda m: METRIC_LABELS.get(m, m))
     _save_table(table5, tabs, "frameworks")
     figs.draw("fig7_frameworks", "Six metrics per RAG framework (Figure 7).", lambda: plots.plot_frameworks(systems))
@@ -622,7 +674,7 @@ def _framework_section(report: Report, systems: pd.DataFrame, figs: _Figures, ta
 
 def _consistency_section(report: Report, data: pd.DataFrame, tabs: Path) -> None:
     """Reported averages against their six metrics, and the definitions the report uses."""
-    checks = A.check_averages(data)
+    checks = M.check_averages(data)
     _save_table(checks, tabs, "average_consistency")
     report.heading("Internal consistency")
     report.text(f"{int(checks['consistent'].sum())} of {len(checks)} reported averages equal the mean of their six "

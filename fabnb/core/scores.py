@@ -178,11 +178,21 @@ def read_scores(path: str | Path, **kwargs) -> pd.DataFrame:
 def with_average(scores: pd.DataFrame) -> pd.DataFrame:
     """Add an ``average`` row (mean of the six metrics) to configurations that lack one.
 
-    Returns a new frame; reported averages already present are kept as they are.
+    Returns a new frame; reported averages already present are kept as they are. Where the frame has a ``flagged``
+    column (judge sanity flags), an average is flagged when any score it averages is.
+
+    >>> f = pd.DataFrame({"model": "m", "context_k": 4.0, "test_id": "q1", "metric": ["depth", "relevance"],
+    ...                   "score": [1.0, 0.5], "flagged": [True, False]})
+    >>> with_average(f).query("metric == 'average'")[["score", "flagged"]].to_dict("records")
+    [{'score': 0.75, 'flagged': True}]
     """
     keys = [c for c in SCORE_KEYS if c in scores.columns]
     six = scores[scores["metric"].isin(METRICS)]
-    mean = six.groupby(keys, dropna=False)["score"].mean().reset_index()
+    if "flagged" in six.columns:  # an average of a flagged score is flagged: it moves with it
+        six = six.assign(flagged=six["flagged"].fillna(False).astype(bool))
+        mean = six.groupby(keys, dropna=False).agg(score=("score", "mean"), flagged=("flagged", "any")).reset_index()
+    else:
+        mean = six.groupby(keys, dropna=False)["score"].mean().reset_index()
     have = scores.loc[scores["metric"] == AVERAGE, keys].drop_duplicates()
     mean = mean.merge(have, on=keys, how="left", indicator=True)
     mean = mean[mean["_merge"] == "left_only"].drop(columns="_merge").assign(metric=AVERAGE)

@@ -35,7 +35,7 @@ import pandas as pd
 
 __all__ = ["BOOTSTRAP_FROM", "FAMILY_METHOD", "adjust_pvalues", "bootstrap_group_diff", "bootstrap_means",
            "bootstrap_rate_diff", "cell_means", "family_level", "fisher_z_interval", "icc", "krippendorff_alpha",
-           "mcnemar_paired", "ppi_mean", "shown_interval", "weighted_kappa", "wilson_interval"]
+           "mcnemar_paired", "paired_differences", "ppi_mean", "shown_interval", "weighted_kappa", "wilson_interval"]
 
 
 def wilson_interval(successes: int, n: int, ci: float = 0.95) -> tuple[float, float]:
@@ -510,6 +510,55 @@ def family_level(ci: float, m: int) -> float:
     0.995
     """
     return 1.0 - (1.0 - ci) / max(int(m), 1)
+
+
+def paired_differences(diffs: pd.DataFrame, by, family=(), value: str = "d", cluster: str = "test_id", *,
+                       ci: float = 0.95, n_boot: int = N_BOOT, seed: int = SEED) -> pd.DataFrame:
+    """Per-question differences (one system, window or metric minus another, on the same questions) judged under
+    the kit's policy: each group's mean difference with its interval at its family's level, the paired t test,
+    the family's Holm p and whether the difference is claimed.
+
+    Parameters
+    ----------
+    diffs : DataFrame
+        The ``by`` columns, ``cluster`` (the question) and ``value`` (the difference, -1 to 1).
+    by : list of str
+        One row of the result per group.
+    family : list of str
+        The columns of ``by`` that name a family (a table's rows that share them are adjusted together); empty: the
+        whole table is one family.
+
+    Returns
+    -------
+    DataFrame
+        The ``by`` columns, mean, ci_low, ci_high (at ``ci_level``: Bonferroni over the family,
+        :func:`family_level`), n (questions), method, p_value (paired t), p_holm (:func:`adjust_pvalues`),
+        ci_level, claimed (p_holm < 1 - ``ci``).
+
+    Examples
+    --------
+    >>> d = pd.DataFrame({"metric": ["a"] * 6 + ["b"] * 6, "test_id": list(range(6)) * 2,
+    ...                   "d": [.10, .12, .08, .11, .09, .10, .05, -.04, .02, -.03, .01, 0.0]})
+    >>> paired_differences(d, ["metric"])[["metric", "n", "claimed"]].to_dict("records")
+    [{'metric': 'a', 'n': 6, 'claimed': True}, {'metric': 'b', 'n': 6, 'claimed': False}]
+    """
+    by, family = list(by), list(family)
+    columns = [*by, "mean", "ci_low", "ci_high", "n", "method", "p_value", "p_holm", "ci_level", "claimed"]
+    present = diffs[diffs[value].notna()]
+    if present.empty:
+        return pd.DataFrame(columns=columns)
+    parts = []
+    for _, part in (present.groupby(family, sort=False, dropna=False) if family else [((), present)]):
+        m = len(part.groupby(by, dropna=False))
+        level = family_level(ci, m)
+        out = cell_means(part, by, value=value, cluster=cluster, n_boot=n_boot, seed=seed, ci=level,
+                         bounds=(-1.0, 1.0)).drop(columns="n").rename(columns={"n_clusters": "n"})
+        out["p_holm"] = adjust_pvalues(out["p_value"].to_numpy(float))
+        out["ci_level"] = level
+        parts.append(out)
+    out = pd.concat(parts, ignore_index=True)
+    out["claimed"] = out["p_holm"] < 1.0 - ci
+    return out[columns]
 
 
 def fisher_z_interval(r: float, n: int, ci: float = 0.95) -> tuple[float, float]:

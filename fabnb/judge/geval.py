@@ -409,6 +409,7 @@ def score_one(llm, metric: str, **kwargs) -> dict:
     >>> 0.0 <= out["score"] <= 1.0, out["scoring"] in ("weighted", "integer")
     (True, True)
     """
+    _judge_model_class()  # DeepEval imported and its templates compiled here, not in the loop's thread
     return llm.run(lambda: score_answer(llm, metric, **kwargs))
 
 
@@ -481,6 +482,9 @@ def judge_cells(cells: list[tuple], questions: dict, llm, store: ResultsStore, s
         sem = asyncio.Semaphore(max(1, llm.concurrency))
         await asyncio.gather(*(one(sem, *cell) for cell in cells))
 
+    # DeepEval imported and its templates compiled in this thread: a first import from the loop's thread beside
+    # an import in another hit CPython 3.11.7's "AST constructor recursion depth mismatch" (gh-106905, test_faults)
+    _judge_model_class()
     with store.batched():  # every score written as it comes, fsynced every 0.2 s (records.ResultsStore.batched)
         llm.run(main)
     return failures

@@ -49,6 +49,7 @@ FLAGS: dict[str, str] = {
                     "restates the score)",
     "all_max": "every judged metric of this answer is at the maximum",
     "tied_weighted": "another answer of the same question got the identical probability-weighted score",
+    "language": "the answer is in another language than the questions (py3langid: fabnb.core.language)",
 }
 
 _EMPTY_WORDS = frozenset(
@@ -87,7 +88,21 @@ def answer_measures(answers: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"answer_words": words, "answer_repetition": repetition}, index=answers.index)
 
 
-def judge_flags(scores: pd.DataFrame, answers: pd.DataFrame | None = None) -> pd.DataFrame:
+def _language_flags(out: pd.DataFrame, text: pd.Series, ok: np.ndarray, questions) -> np.ndarray:
+    """Scores of answers surely in another language than the questions (or, without them, than the answers'
+    common language); each distinct answer text read once."""
+    from ..core.language import common_language, other_language
+
+    sample = questions["question"] if questions is not None and "question" in questions.columns else text
+    expected = common_language(sample)
+    if expected is None:
+        return np.zeros(len(out), dtype=bool)
+    other = {t: other_language(t, expected) is not None for t in pd.unique(text[ok])}
+    return ok & text.map(other).fillna(False).to_numpy(bool)
+
+
+def judge_flags(scores: pd.DataFrame, answers: pd.DataFrame | None = None,
+                questions: pd.DataFrame | None = None) -> pd.DataFrame:
     """The scores with a ``flags`` column: the :data:`FLAGS` each score raises, comma-separated ("" for none).
 
     Parameters
@@ -97,6 +112,9 @@ def judge_flags(scores: pd.DataFrame, answers: pd.DataFrame | None = None) -> pd
         and where present weighted_score, reason. Only ``ok`` scores are flagged.
     answers : DataFrame, optional
         A results store's frame (the keys and answer): the answer flags need it.
+    questions : DataFrame, optional
+        The questions (a ``question`` column): ``language`` compares each answer's language with theirs; without
+        them, with the answers' common language.
 
     Returns
     -------
@@ -132,6 +150,7 @@ def judge_flags(scores: pd.DataFrame, answers: pd.DataFrame | None = None) -> pd
             words = joined["_words"].to_numpy(float)
             raised["repetitive"] = ok & joined["_rep"].fillna(False).to_numpy(bool)
             raised["empty_high"] = ok & (words < NEAR_EMPTY_WORDS) & (score >= HIGH_SCORE)
+            raised["language"] = _language_flags(out, text, ok, questions)
         if "reason" in out.columns:
             verdict = {r: _says_nothing(r) for r in pd.unique(out["reason"])}  # a judge repeats its reasons
             raised["empty_reason"] = ok & out["reason"].map(verdict).fillna(False).to_numpy(bool)

@@ -115,7 +115,7 @@ class Explorer:
             frame["context_k"] = frame["context_k"].astype(float)
         from ..judge.sanity import judge_flags
 
-        self.scores = judge_flags(self.scores, self.answers)  # computed on reading: stores of any version get them
+        self.scores = judge_flags(self.scores, self.answers, questions)  # on reading: stores of any version get them
         self.reference = reference
         self.cells = self._cells(keys)
         self.filters: dict = {}
