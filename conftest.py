@@ -8,6 +8,7 @@ Its hooks mark notebook items, and run the notebooks that share an output folder
 Notebook kernels started by nbmake inherit this environment.
 """
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -78,21 +79,32 @@ def _shared_folders(notebook: Path) -> list[Path]:
     return [notebook.parent / "outputs" / name for name in names]
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item):
-    """Notebooks that name the same output folder (07 resumes 06's answers, 04 reads 03's pairs) run one at a
-    time under ``-n``: run at once on two workers, the second's store is refused as in use (seen: 06 and 07 from
-    empty folders, a ``HeldError`` in 2 of 3 runs). One lock file per folder, taken in name order."""
-    if not str(item.fspath).endswith(".ipynb"):
-        return (yield)
-    import contextlib
+@contextlib.contextmanager
+def notebook_turn(notebook: Path):
+    """Hold the notebook's turn: one lock file per output folder it names, taken in name order, released on exit.
+
+    Notebooks that name the same folder (07 resumes 06's answers, 04 reads 03's pairs) run one at a time under
+    ``-n``: run at once on two workers, the second's store is refused as in use (seen: 06 and 07 from empty folders,
+    a ``HeldError`` in 2 of 3 runs). A test that makes a notebook's own model calls (tests/gen_helpers.py,
+    ``notebook_parameters``) takes the same turn, so the two never ask the model at once: whichever runs second
+    replays the other's replies from the suite's response cache (at once, notebook 08 and the RAG-TESTER study
+    each asked the model: 317 s more test time in the CI of 27ae300)."""
     import fcntl
 
     with contextlib.ExitStack() as stack:
-        for folder in _shared_folders(Path(str(item.fspath))):
+        for folder in _shared_folders(notebook):
             folder.parent.mkdir(parents=True, exist_ok=True)
             lock = stack.enter_context(open(folder.parent / f".{folder.name}.suite-lock", "w"))
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """Each notebook runs in its turn (:func:`notebook_turn`)."""
+    if not str(item.fspath).endswith(".ipynb"):
+        return (yield)
+    with notebook_turn(Path(str(item.fspath))):
         return (yield)
 
 

@@ -58,6 +58,19 @@ def qa_reply(broken_first=0):
     return reply
 
 
+def notebook_turn(name: str):
+    """The turn of notebook ``name`` (the root conftest's ``notebook_turn``: the locks its run takes), for a test
+    that makes the notebook's own model calls: the two never ask the model at once, and the second replays."""
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("fabnb_suite_conftest", ROOT / "conftest.py")
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    return suite.notebook_turn(ROOT / "notebooks" / name)
+
+
 def notebook_parameters(name: str) -> dict:
     """The values a numbered notebook's parameters cells set (its code cells before the first that uses
     fabnb), as the notebook runs in the suite: a test that makes the notebook's own calls fills the suite's

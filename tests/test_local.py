@@ -17,7 +17,7 @@ from fabnb.models.local import PORTABLE_INSTALL, LocalServer, build_report
 from fabnb.qa.generation import GenerationConfig, generate_qa
 
 from conftest import ROOT
-from gen_helpers import notebook_parameters
+from gen_helpers import notebook_parameters, notebook_turn
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_llama_server.py"))]
 
@@ -178,9 +178,10 @@ def test_generation_on_the_real_model_counts_and_retries_failures(fab_bench):
     chunks = chunk_corpus(evidence_corpus(fab_bench), size=128, overlap=32)
     contexts = needle_in_haystack(chunks, vectorize(chunks), n=4 * nb["N_PAIRS"], n_distractors=nb["N_DISTRACTORS"],
                                   seed=nb["SEED"])
-    llm = default_llm()
-    config = GenerationConfig(max_tokens=nb["MAX_TOKENS"], r_max=nb["R_MAX"])
-    run = generate_qa(contexts, llm, n=nb["N_PAIRS"], chunks=chunks, seed=nb["SEED"], config=config)
+    with notebook_turn("03_generate_qa.ipynb"):  # never beside the notebook: the second replays the first's replies
+        llm = default_llm()
+        config = GenerationConfig(max_tokens=nb["MAX_TOKENS"], r_max=nb["R_MAX"])
+        run = generate_qa(contexts, llm, n=nb["N_PAIRS"], chunks=chunks, seed=nb["SEED"], config=config)
     a = run.attempts
     assert len(run.pairs) >= 1, run.attempts[["failure", "message"]].to_string()
     failed = a[a.outcome == "failed"]

@@ -27,7 +27,7 @@ from fabnb.tester.study import (
 )
 from fabnb.views.widgets import RatingPanel
 
-from gen_helpers import notebook_parameters
+from gen_helpers import notebook_parameters, notebook_turn
 from stub_openai import StubServer, completion
 
 CRITERIA = ("faithfulness", "relevance", "completeness", "clarity", "keyword_match")
@@ -327,16 +327,17 @@ def test_the_whole_study_on_the_embedded_model(tmp_path, fab_bench):
     from fabnb.tester.study import generator_llms
 
     nb = notebook_parameters("08_test_rag.ipynb")
-    llm = default_llm()
-    generated = write_documents([DocumentSpec(topic, words=nb["DOC_WORDS"], toc=True, citations=True)
-                                 for topic in nb["TOPICS"]], llm, tmp_path / "documents", seed=nb["SEED"])
-    assert len(generated.documents) + len(generated.rejected) == len(nb["TOPICS"])
-    corpus, origins = combine_corpora({"generated": load_corpus(generated.documents.pdf_path.tolist()),
-                                       "real": evidence_corpus(fab_bench)}, n=nb["N_REAL"], seed=nb["SEED"])
-    chunks = chunk_corpus(corpus, size=nb["CHUNK_TOKENS"], overlap=nb["CHUNK_TOKENS"] // 4)
-    study = run_study(chunks, generator_llms(), tmp_path / "study", origins=origins, embeddings=nb["EMBEDDINGS"],
-                      tester=llm, oracle=llm, n_per_generator=nb["N_PER_GENERATOR"],
-                      exclusions=generated.rejected, seed=nb["SEED"])
+    with notebook_turn("08_test_rag.ipynb"):  # never beside the notebook: the second replays the first's replies
+        llm = default_llm()
+        generated = write_documents([DocumentSpec(topic, words=nb["DOC_WORDS"], toc=True, citations=True)
+                                     for topic in nb["TOPICS"]], llm, tmp_path / "documents", seed=nb["SEED"])
+        assert len(generated.documents) + len(generated.rejected) == len(nb["TOPICS"])
+        corpus, origins = combine_corpora({"generated": load_corpus(generated.documents.pdf_path.tolist()),
+                                           "real": evidence_corpus(fab_bench)}, n=nb["N_REAL"], seed=nb["SEED"])
+        chunks = chunk_corpus(corpus, size=nb["CHUNK_TOKENS"], overlap=nb["CHUNK_TOKENS"] // 4)
+        study = run_study(chunks, generator_llms(), tmp_path / "study", origins=origins, embeddings=nb["EMBEDDINGS"],
+                          tester=llm, oracle=llm, n_per_generator=nb["N_PER_GENERATOR"],
+                          exclusions=generated.rejected, seed=nb["SEED"])
     n_configs = len(nb["EMBEDDINGS"])
 
     assert study.configurations.status.tolist() == ["ok"] * n_configs  # the dense model is installed and works
