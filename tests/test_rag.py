@@ -700,12 +700,14 @@ def test_questions_frame_from_fab_bench(fab_bench):
 
 @pytest.mark.model
 def test_sweep_on_the_embedded_model_with_dual_mode(tmp_path, fab_bench, evidence_chunks):
-    """Three context budgets x modes A and B x two FAB-Bench questions on Gemma 3 270M (llama.cpp)."""
+    """Three context budgets x modes A and B x one FAB-Bench question on Gemma 3 270M (llama.cpp): the grid's
+    mechanism on the real model (a second question added 16 s here and nothing the assertions read; the scripted
+    grid tests above cover many questions, failures and resumes)."""
     from fabnb.models.llm import ResponseCache
     from fabnb.models.local import LocalServer
 
     chunks, _ = evidence_chunks
-    questions = questions_frame([p for p in fab_bench.pairs if p.test_type == "robustness"][:2])
+    questions = questions_frame([p for p in fab_bench.pairs if p.test_type == "robustness"][:1])
     configs = [RAGConfig(k, output_k=0.0625) for k in (0.5, 1, 2)]  # small budgets: ~200 prompt tokens/s here
     store = ResultsStore(tmp_path / "sweep.jsonl")
     with LocalServer(n_ctx=4096) as server:
@@ -713,12 +715,12 @@ def test_sweep_on_the_embedded_model_with_dual_mode(tmp_path, fab_bench, evidenc
         run = run_grid(rag, questions, configs, store, modes=("A", "B"), concurrency=1, progress=False)
         assert run.failed == 0, run.failures.to_string()
         rerun = run_grid(rag, questions, configs, store, modes=("A", "B"), progress=False)
-    assert (rerun.asked, rerun.skipped) == (0, 12)
+    assert (rerun.asked, rerun.skipped) == (0, 6)
     f = store.frame()
-    assert len(f) == 12 and f.answer.str.strip().str.len().gt(0).all() and f.model.eq(rag.model).all()
+    assert len(f) == 6 and f.answer.str.strip().str.len().gt(0).all() and f.model.eq(rag.model).all()
     a = f[f["mode"] == "A"]
     used = a.groupby("context_k").context_tokens.mean()
     assert used.is_monotonic_increasing and used.iloc[-1] > used.iloc[0]  # a bigger budget carries more context
     assert (a.prompt_tokens <= a.context_k * 1024).all() and a.gold_retrieved.notna().all()
     pairs = mode_pairs(f)
-    assert len(pairs) == 6 and pairs.status_A.eq("ok").all() and pairs.status_B.eq("ok").all()
+    assert len(pairs) == 3 and pairs.status_A.eq("ok").all() and pairs.status_B.eq("ok").all()
