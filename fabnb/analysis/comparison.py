@@ -165,25 +165,23 @@ def routing_table(scores: pd.DataFrame, metric: str = AVERAGE, models=None, per_
 
 def _paired_margins(table: pd.DataFrame, per_question: pd.DataFrame, metric: str, ci: float, n_boot, seed):
     """The routing table with each window's leader - runner-up paired over questions, and the winner it carries."""
-    from ..core.stats import N_BOOT, SEED, adjust_pvalues, cell_means, family_level
+    from ..core.stats import N_BOOT, SEED, family_level, paired_differences
 
-    level = family_level(ci, len(table))
     diffs = []
     for row in table.itertuples(index=False):
         both = [question_curves(per_question, metric, m).get(row.context_k) for m in (row.best_model, row.runner_up)]
         if any(b is None for b in both):
             continue
-        d = (both[0] - both[1]).dropna()
+        d = both[0] - both[1]
         diffs.append(pd.DataFrame({"context_k": row.context_k, "test_id": d.index, "d": d.to_numpy(float)}))
-    cols = ["context_k", "n", "margin_ci_low", "margin_ci_high", "p_value"]
-    paired = (cell_means(pd.concat(diffs), ["context_k"], value="d", n_boot=N_BOOT if n_boot is None else n_boot,
-                         seed=SEED if seed is None else seed, ci=level, bounds=(-1.0, 1.0))
-              .drop(columns="n").rename(columns={"n_clusters": "n", "ci_low": "margin_ci_low",
-                                                 "ci_high": "margin_ci_high"})[cols]
+    cols = ["context_k", "n", "margin_ci_low", "margin_ci_high", "p_value", "p_holm"]
+    paired = (paired_differences(pd.concat(diffs), ["context_k"], ci=ci, n_boot=N_BOOT if n_boot is None else n_boot,
+                                 seed=SEED if seed is None else seed, size=len(table))
+              .rename(columns={"ci_low": "margin_ci_low", "ci_high": "margin_ci_high"})[cols]
               if diffs else pd.DataFrame(columns=cols))
     out = table.merge(paired, on="context_k", how="left")
-    out["p_holm"] = adjust_pvalues(out["p_value"].to_numpy(float))
-    out["ci_level"] = level
+    out["p_holm"] = out["p_holm"].astype(float)
+    out["ci_level"] = family_level(ci, len(table))
     out["winner"] = np.where(out["p_holm"] < 0.05, out["best_model"], "within noise")
     return out
 

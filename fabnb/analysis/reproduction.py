@@ -271,8 +271,10 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
         _mode_gap_section(report, gap, others, drawn, tabs)
     _scaling_section(report, sweeps, primary, drawn, tabs, 3 if is_paper else min_windows, intervals,
                      per_question, stats)
-    _crossover_section(report, main, primary, tabs, 3 if is_paper else min_windows, intervals, per_question, stats)
-    _diagnostics_section(report, main, sweeps, primary, is_paper, drawn, tabs, intervals, per_question, stats)
+    # The primary models' per-question scores: what routing, dilution and the metric gaps pair over questions.
+    main_questions = per_question[per_question["model"].isin(primary)] if per_question is not None else None
+    _crossover_section(report, main, primary, tabs, 3 if is_paper else min_windows, intervals, main_questions, stats)
+    _diagnostics_section(report, main, sweeps, primary, is_paper, drawn, tabs, intervals, main_questions, stats)
     _framework_section(report, data[data["context_k"].isna()], drawn, tabs)
     _consistency_section(report, data, tabs)
     if has_flags and int(flags["flagged"].sum()):
@@ -532,8 +534,7 @@ def _crossover_section(report: Report, main: pd.DataFrame, primary: list, tabs: 
             for method in ("observed", "log_fit"):
                 cross.append(C.crossovers(main, a, b, method=method, intervals=intervals))
     cross = pd.concat(cross, ignore_index=True) if cross else pd.DataFrame()
-    paired = per_question[per_question["model"].isin(primary)] if per_question is not None else None
-    routing = C.routing_table(main, per_question=paired, **(stats or {})) if len(primary) > 1 else pd.DataFrame()
+    routing = C.routing_table(main, per_question=per_question, **(stats or {})) if len(primary) > 1 else pd.DataFrame()
     _save_table(cross, tabs, "crossovers")
     _save_table(routing, tabs, "routing")
     if len(primary) < 2:
@@ -565,7 +566,6 @@ def _diagnostics_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFram
                          per_question: pd.DataFrame | None = None, stats: dict | None = None) -> None:
     """Metric diagnostics (Section 5; Figures 4, 5, 6, 8; Table 4); with per-question scores, the gaps between
     metrics and the dilution deltas paired over questions, each table one family."""
-    paired = per_question[per_question["model"].isin(primary)] if per_question is not None else None
     stats = stats or {}
     report.heading("Metric diagnostics (Section 5)")
     contexts = sorted(main["context_k"].unique())
@@ -577,7 +577,7 @@ def _diagnostics_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFram
         profile = M.metric_profile(main, k)
         _save_table(profile, tabs, f"profile_{k:g}k")
         report.table(profile, f"Six-metric profiles at {k:g}K, with balance (range, std)")
-    gaps = M.metric_gaps(main, lo, per_question=paired, **stats)
+    gaps = M.metric_gaps(main, lo, per_question=per_question, **stats)
     _save_table(gaps, tabs, f"metric_gaps_{lo:g}k")
     if "claimed" in gaps.columns:
         claimed = gaps[gaps["claimed"].fillna(False).astype(bool) & (gaps["gap"] > 0)]
@@ -588,7 +588,7 @@ def _diagnostics_section(report: Report, main: pd.DataFrame, sweeps: pd.DataFram
                        if len(claimed) else "none is claimed") + ".")
     d0, d1 = (28.0, 32.0) if is_paper else (contexts[-2], contexts[-1]) if len(contexts) > 1 else (None, None)
     if d0 is not None:
-        deltas = M.dilution(main, d0, d1, per_question=paired, **stats)
+        deltas = M.dilution(main, d0, d1, per_question=per_question, **stats)
         _save_table(deltas, tabs, f"dilution_{d0:g}k_{d1:g}k")
         uncoloured = (" Cells are coloured only where the paired change is claimed (Holm over the table, p < 0.05); "
                       "grey cells are within the noise, their value printed." if "claimed" in deltas.columns else "")

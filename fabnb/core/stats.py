@@ -513,7 +513,7 @@ def family_level(ci: float, m: int) -> float:
 
 
 def paired_differences(diffs: pd.DataFrame, by, family=(), value: str = "d", cluster: str = "test_id", *,
-                       ci: float = 0.95, n_boot: int = N_BOOT, seed: int = SEED) -> pd.DataFrame:
+                       ci: float = 0.95, n_boot: int = N_BOOT, seed: int = SEED, size: int = 0) -> pd.DataFrame:
     """Per-question differences (one system, window or metric minus another, on the same questions) judged under
     the kit's policy: each group's mean difference with its interval at its family's level, the paired t test,
     the family's Holm p and whether the difference is claimed.
@@ -527,6 +527,9 @@ def paired_differences(diffs: pd.DataFrame, by, family=(), value: str = "d", clu
     family : list of str
         The columns of ``by`` that name a family (a table's rows that share them are adjusted together); empty: the
         whole table is one family.
+    size : int
+        The family's size where its table has more rows than groups with differences (a routing window without
+        paired questions still counts in the Bonferroni level); the groups judged when larger.
 
     Returns
     -------
@@ -549,7 +552,7 @@ def paired_differences(diffs: pd.DataFrame, by, family=(), value: str = "d", clu
         return pd.DataFrame(columns=columns)
     parts = []
     for _, part in (present.groupby(family, sort=False, dropna=False) if family else [((), present)]):
-        m = len(part.groupby(by, dropna=False))
+        m = max(len(part.groupby(by, dropna=False)), size)
         level = family_level(ci, m)
         out = cell_means(part, by, value=value, cluster=cluster, n_boot=n_boot, seed=seed, ci=level,
                          bounds=(-1.0, 1.0)).drop(columns="n").rename(columns={"n_clusters": "n"})
