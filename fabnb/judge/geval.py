@@ -188,6 +188,11 @@ def _compile_geval_templates() -> None:
 def _judge_model_class():
     # Defined once: DeepEval wraps every subclass's methods for tracing when the class is created.
     _deepeval()
+    # What a judge call imports, imported now: judge_cells and score_one build this class before the event loop's
+    # thread runs, so no first import happens there (beside an import in another thread, one hit CPython 3.11.7's
+    # gh-106905 under pytest, which parses DeepEval's modules to rewrite them).
+    import deepeval.metrics.g_eval  # noqa: F401
+    import deepeval.test_case  # noqa: F401
     from deepeval.models import DeepEvalBaseLLM
 
     _compile_geval_templates()
@@ -482,9 +487,7 @@ def judge_cells(cells: list[tuple], questions: dict, llm, store: ResultsStore, s
         sem = asyncio.Semaphore(max(1, llm.concurrency))
         await asyncio.gather(*(one(sem, *cell) for cell in cells))
 
-    # DeepEval imported and its templates compiled in this thread: a first import from the loop's thread beside
-    # an import in another hit CPython 3.11.7's "AST constructor recursion depth mismatch" (gh-106905, test_faults)
-    _judge_model_class()
+    _judge_model_class()  # DeepEval imported and its templates compiled here, not in the loop's thread
     with store.batched():  # every score written as it comes, fsynced every 0.2 s (records.ResultsStore.batched)
         llm.run(main)
     return failures
