@@ -2,6 +2,7 @@
 
 import re
 import warnings
+from pathlib import Path
 
 import pandas as pd
 
@@ -58,9 +59,10 @@ def qa_reply(broken_first=0):
     return reply
 
 
-def notebook_turn(name: str):
-    """The turn of notebook ``name`` (the root conftest's ``notebook_turn``: the locks its run takes), for a test
-    that makes the notebook's own model calls: the two never ask the model at once, and the second replays."""
+def notebook_turn(name: str, notebooks: Path | None = None):
+    """The turn of notebook ``name`` in ``notebooks`` (default the suite's; the root conftest's ``notebook_turn``:
+    the locks its run takes), for a test that makes the notebook's own model calls: the two never ask the model at
+    once, and the second replays."""
     import importlib.util
 
     from conftest import ROOT
@@ -68,7 +70,7 @@ def notebook_turn(name: str):
     spec = importlib.util.spec_from_file_location("fabnb_suite_conftest", ROOT / "conftest.py")
     suite = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(suite)
-    return suite.notebook_turn(ROOT / "notebooks" / name)
+    return suite.notebook_turn((notebooks or ROOT / "notebooks") / name)
 
 
 def notebook_parameters(name: str) -> dict:

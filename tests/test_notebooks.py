@@ -68,18 +68,23 @@ def test_notebook_00_draws_its_two_figures_inline(tmp_path, monkeypatch):
     assert (tmp_path / "out" / "figures" / "fig3_scaling_panels.png").exists()
 
 
-def test_a_test_that_makes_a_notebooks_calls_holds_the_lock_the_notebooks_run_takes():
+def test_a_test_that_makes_a_notebooks_calls_holds_the_lock_the_notebooks_run_takes(tmp_path):
     """Issue 48: test_study's whole study and notebook 08 (test_local's generation and notebook 03) never ask the
-    model at once; whichever runs second replays. Another process cannot take the notebook's lock meanwhile."""
+    model at once; whichever runs second replays. Another process cannot take the notebook's lock meanwhile.
+
+    On a copy of notebook 08 in its own folder: on the suite's own folder this test waited for the study (234 s of
+    a worker in the CI of 7d32d74)."""
+    import shutil
     import subprocess
     import sys
 
     from gen_helpers import notebook_turn
 
-    lock = ROOT / "notebooks" / "outputs" / ".08_test_rag.suite-lock"
+    shutil.copy(ROOT / "notebooks" / "08_test_rag.ipynb", tmp_path)
+    lock = tmp_path / "outputs" / ".08_test_rag.suite-lock"
     probe = ("import fcntl, sys\nf = open(sys.argv[1], 'w')\ntry:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
              "except OSError:\n    sys.exit(3)\n")
-    with notebook_turn("08_test_rag.ipynb"):
+    with notebook_turn("08_test_rag.ipynb", tmp_path):
         held = subprocess.run([sys.executable, "-c", probe, str(lock)], timeout=30)
     free = subprocess.run([sys.executable, "-c", probe, str(lock)], timeout=30)
     assert (held.returncode, free.returncode) == (3, 0)
