@@ -250,6 +250,65 @@ def test_logprobs_rows_computed_when_read_equal_llama_cpps_own():
     assert np.array_equal(np.stack(list(lazy[7:])), full[7:]) and np.array_equal(lazy[3], full[3])
     assert np.array_equal(Llama.logits_to_logprobs(logits[5]), full[5])  # 1-D calls are unchanged
 
+@pytest.mark.model
+def test_a_grammar_checks_the_token_the_chain_picked_with_the_same_greedy_tokens_and_only_allowed_ones():
+    """fabnb.models._llama_server's grammar checks the chain's pick and filters every token only when it refuses it
+    (3.4 times the tokens per second, benchmarks/bench_local_build.py): a greedy call gives llama-cpp-python's
+    own tokens, and at a temperature every reply keeps to the grammar, through refusals and resampling."""
+    import re
+
+    import llama_cpp
+    from llama_cpp import Llama, LlamaGrammar
+    from llama_cpp import llama as llama_module
+
+    import fabnb.models._llama_server as patched
+    from fabnb.models.local import model_path
+
+    model = Llama(str(model_path()), n_ctx=512, verbose=False, seed=0)
+    schema = {"type": "object", "properties": {"question": {"type": "string", "maxLength": 200},
+                                               "keywords": {"type": "array", "items": {"type": "string"},
+                                                            "minItems": 1, "maxItems": 3}},
+              "required": ["question", "keywords"]}
+    prompt = model.tokenize(b"Write one question about plasma etching. Reply with JSON: question, keywords.\n\nJSON:")
+
+    def tokens(init, grammar: LlamaGrammar, temp: float, n: int = 80) -> list[int]:
+        model.reset()  # no prefix reuse: a reused prefix changes the logits' last bits
+        llama_module.Llama._init_sampler = init
+        try:
+            out = []
+            for token in model.generate(prompt, temp=temp, grammar=grammar):
+                if llama_cpp.llama_vocab_is_eog(model._model.vocab, token):
+                    break
+                out.append(token)
+                if len(out) == n:
+                    break
+            return out
+        finally:
+            llama_module.Llama._init_sampler = patched.init_sampler_grammar_last
+
+    def grammar():
+        return LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
+
+    theirs = tokens(patched._original_init_sampler, grammar(), 0.0)
+    ours = tokens(patched.init_sampler_grammar_last, grammar(), 0.0)
+    assert ours == theirs and len(ours) > 10
+    checks = []
+    allows = patched.GrammarLastSampler.allows
+
+    def recording(self, token):
+        checks.append(allows(self, token))
+        return checks[-1]
+
+    digits = LlamaGrammar.from_string('root ::= "\\"" [0-9]+ "\\""', verbose=False)  # not what the prompt asks
+    patched.GrammarLastSampler.allows = recording
+    try:
+        replies = [model.detokenize(tokens(patched.init_sampler_grammar_last, digits, 0.8, n=12)).decode()
+                   for _ in range(2)]
+    finally:
+        patched.GrammarLastSampler.allows = allows
+    assert all(re.fullmatch(r'"[0-9]+"?', r) for r in replies), replies
+    assert False in checks and True in checks  # the chain's pick refused, so resampled; and kept where allowed
+
 
 def test_the_reinstall_line_installs_the_local_extra_with_its_dependencies():
     """Once the printed fix looped: ``--no-deps`` never installed the server's own dependencies (uvicorn, ...)."""
