@@ -8,8 +8,8 @@ where both run) and compare:
 
 It reports the build (portable or native, from ``objdump``), prompt processing (a
 ~1,000-token prompt, one output token), generation (64 output tokens) and generation held
-to a JSON schema (up to 64 tokens: the grammar checks the sampler's pick,
-fabnb.models._llama_server), each the median of 3 runs on a fresh server with no cache.
+to a JSON schema (64 tokens of a string of at least 300 characters; the grammar checks the
+sampler's pick, fabnb.models._llama_server), each the median of 3 runs on a fresh server with no cache.
 """
 
 from __future__ import annotations
