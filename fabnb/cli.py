@@ -10,6 +10,9 @@ run it again to resume.
 ``fabnb rate --serve --qa DIR --ratings DIR`` serves the code-free rating app (Voilà) on
 loopback; without ``--serve`` it prints each rater's progress.
 
+``fabnb compare BASE CANDIDATE`` compares two run folders question by question and writes ``compare.md`` and
+``compare.json``; ``--fail-on-regression`` makes it a gate for CI.
+
 ``fabnb serve-local`` serves the embedded model on loopback until interrupted.
 
 ``fabnb doctor`` tells what works on this machine (exit status 1 when the default LLM
@@ -109,6 +112,33 @@ def _rate(args: argparse.Namespace) -> int:
     return EXIT["ok"]
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from .core.errors import FabnbError
+    from .experiment.comparison import compare_runs
+
+    systems = {}
+    for pair in args.map or ():
+        old, sep, new = pair.partition("=")
+        if not sep or not old.strip() or not new.strip():
+            print(f"fabnb compare --map {pair!r}: write BASE_NAME=CANDIDATE_NAME (a system renamed between the "
+                  "runs).", file=sys.stderr)
+            return EXIT["usage"]
+        systems[old.strip()] = new.strip()
+    try:
+        comparison = compare_runs(args.base, args.candidate, systems=systems, allow=args.allow or (),
+                                  metric=args.metric, margin=args.margin, pass_threshold=args.pass_threshold,
+                                  require_calibrated_judge=args.require_calibrated_judge)
+        md, js = comparison.write(args.out or args.candidate)
+    except (FabnbError, OSError) as exc:
+        print(f"fabnb compare: {exc}", file=sys.stderr)
+        return EXIT["usage"]
+    for notice in comparison.notices:
+        print(f"note: {notice}")
+    print(comparison.summary())
+    print(f"verdict: {comparison.verdict()}; wrote {md} and {js}")
+    return comparison.exit_code(args.fail_on_regression, args.fail_on_inconclusive)
+
+
 def _explore(args: argparse.Namespace) -> int:
     from .core.errors import FabnbError
     from .views.explorer import serve_explorer
@@ -169,6 +199,29 @@ def build_parser() -> argparse.ArgumentParser:
                      help="this system's (or the judge's) server moved to a new address but is the same server: "
                           "keep its cells (recorded in the manifest); repeat for several")
     run.set_defaults(run=_run)
+    cmp = sub.add_parser("compare", help="compare two run folders question by question; a regression gate for CI",
+                         epilog=table(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    cmp.add_argument("base", help="the output folder of the earlier run (main's, say)")
+    cmp.add_argument("candidate", help="the output folder of the run to judge")
+    cmp.add_argument("--out", help="where compare.md and compare.json go (default: the candidate's folder)")
+    cmp.add_argument("--map", action="append", metavar="OLD=NEW",
+                     help="a system renamed between the runs; repeat for several")
+    cmp.add_argument("--allow", action="append", choices=("questions", "judge"),
+                     help="compare anyway when the questions (the shared ones are paired) or the judge differ")
+    cmp.add_argument("--metric", default="average",
+                     help="the primary metric the gate reads, pooled over windows and modes (default: %(default)s, "
+                          "the mean of the judged metrics)")
+    cmp.add_argument("--margin", type=float, default=0.02,
+                     help="a regression is worse than -MARGIN with evidence (default: %(default)s)")
+    cmp.add_argument("--pass-threshold", type=float, metavar="SCORE",
+                     help="also test pass (score >= SCORE) with McNemar's exact test per metric and window")
+    cmp.add_argument("--fail-on-regression", action="store_true",
+                     help="exit 1 when the primary difference's interval lies wholly below -MARGIN")
+    cmp.add_argument("--fail-on-inconclusive", action="store_true",
+                     help="exit 6 when the questions are too few to tell")
+    cmp.add_argument("--require-calibrated-judge", action="store_true",
+                     help="refuse when a run's judge has no calibration against expert ratings")
+    cmp.set_defaults(run=_compare)
     exp = sub.add_parser("explore", help="the results explorer of a run folder as a page of its own (Voilà)")
     exp.add_argument("folder", help="the output folder of fabnb run")
     exp.add_argument("--port", type=int, help="port (default: a free one)")

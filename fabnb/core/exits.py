@@ -24,6 +24,7 @@ EXIT = {
     "failed_cells": 3,
     "budget": 4,
     "confirm": 5,
+    "inconclusive": 6,
     "stopped": 130,
 }
 
@@ -31,12 +32,16 @@ EXIT = {
 MEANING = {
     "ok": "done: a run finished with every cell stored (or a dry run planned, a page was served and stopped, a "
           "report was written)",
-    "check_failed": "fabnb doctor: the default LLM cannot answer on this machine",
+    "check_failed": "a check failed: fabnb doctor: the default LLM cannot answer on this machine; fabnb compare "
+                    "--fail-on-regression: the candidate is worse than the base beyond the margin (the primary "
+                    "difference's interval lies wholly below it)",
     "usage": "a usage error, or a file, folder or setting that is refused (the message names it); nothing was asked",
     "failed_cells": "a run finished, but some cells (or all) failed; they are listed, and a rerun asks them again",
     "budget": "a run stopped before a call could pass budget_usd; raise it and run again to go on",
     "confirm": "a run's plan is above the confirmation threshold (cost or time); nothing was asked; run again "
                "with --yes",
+    "inconclusive": "fabnb compare --fail-on-inconclusive: the questions are too few to tell whether the candidate "
+                    "is worse; the notice says about how many would settle it",
     "stopped": "stopped by Ctrl-C or SIGTERM (JupyterLab's Stop); what was stored is kept, and a rerun resumes",
 }
 

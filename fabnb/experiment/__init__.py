@@ -19,7 +19,8 @@ The subjects, one module each:
 - :mod:`~fabnb.experiment.output`: the folder, its manifest, the resume check, tallies;
 - :mod:`~fabnb.experiment.progress`: a run's live state (its marker, ``progress.json``, :func:`run_status`);
 - :mod:`~fabnb.experiment.run`: the run, one function per stage (:func:`run_experiment`);
-- :mod:`~fabnb.experiment.report`: ``summary.md`` and ``report/``.
+- :mod:`~fabnb.experiment.report`: ``summary.md`` and ``report/``;
+- :mod:`~fabnb.experiment.comparison`: two runs compared, and the regression gate (``fabnb compare``).
 
 Examples
 --------
@@ -34,6 +35,15 @@ Traceback (most recent call last):
 fabnb.experiment.fields.ExperimentError: <dict>: unknown key 'sytems' at the top level; allowed: ..., seed, systems.
 """
 
+from .comparison import (
+                     ALLOWABLE,
+                     Comparison,
+                     ComparisonError,
+                     compare_runs,
+                     compare_scores,
+                     read_run,
+                     run_differences,
+)
 from .config import (
                      MAX_WINDOWS,
                      RANGES,
@@ -55,6 +65,7 @@ from .output import (
                      TALLY_COLUMNS,
                      check_output,
                      failures,
+                     questions_hash,
                      read_manifest,
                      spent,
                      stored,
@@ -78,15 +89,26 @@ from .planning import (
 )
 from .prices import PRICES, cost_of, price_of, price_text
 from .progress import MARKER, PROGRESS, RUN_STATES, ProgressFile, find_runs, read_progress, run_status, write_marker
-from .report import COVERAGE_COLUMNS, FEW_QUESTIONS, ReportFiles, caveats, coverage, question_scores, write_report
+from .report import (
+                     COVERAGE_COLUMNS,
+                     FEW_QUESTIONS,
+                     ReportFiles,
+                     caveats,
+                     coverage,
+                     question_scores,
+                     scores_by_question,
+                     write_report,
+)
 from .run import ConfirmationNeeded, ExperimentRun, run_experiment
 
-__all__ = ["CONFIRM_HOURS", "CONFIRM_USD", "COVERAGE_COLUMNS", "FAILURE_COLUMNS", "FEW_QUESTIONS", "FIGURE_FORMATS",
-           "MARKER", "MAX_WINDOWS", "PLAN_COLUMNS", "PRICES", "PROBES_FILE", "PROBE_COLUMNS", "PROGRESS", "RANGES",
-           "RUN_STATES", "TALLY_COLUMNS", "ConfirmationNeeded", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment",
-           "ExperimentError", "ExperimentRun", "JudgeSpec", "Plan", "PlanInputs", "ProgressFile", "QuestionsSpec",
-           "ReportFiles", "ReportSpec", "SystemSpec", "caveats", "check_output", "check_range", "check_table",
-           "cost_of", "coverage", "failures", "find_runs", "keep_probes", "kept_probes", "no_duplicates", "plan",
-           "price_of", "price_text", "prices_from_table", "probe_endpoints", "question_scores", "read_manifest",
-           "read_progress", "resolve_path", "run_experiment", "run_status", "spent", "stored", "stores",
-           "systems_from_tables", "tally", "write_json", "write_manifest", "write_marker", "write_report"]
+__all__ = ["ALLOWABLE", "CONFIRM_HOURS", "CONFIRM_USD", "COVERAGE_COLUMNS", "Comparison", "ComparisonError",
+           "ConfirmationNeeded", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment", "ExperimentError",
+           "ExperimentRun", "FAILURE_COLUMNS", "FEW_QUESTIONS", "FIGURE_FORMATS", "JudgeSpec", "MARKER", "MAX_WINDOWS",
+           "PLAN_COLUMNS", "PRICES", "PROBES_FILE", "PROBE_COLUMNS", "PROGRESS", "Plan", "PlanInputs", "ProgressFile",
+           "QuestionsSpec", "RANGES", "RUN_STATES", "ReportFiles", "ReportSpec", "SystemSpec", "TALLY_COLUMNS",
+           "caveats", "check_output", "check_range", "check_table", "compare_runs", "compare_scores", "cost_of",
+           "coverage", "failures", "find_runs", "keep_probes", "kept_probes", "no_duplicates", "plan", "price_of",
+           "price_text", "prices_from_table", "probe_endpoints", "question_scores", "questions_hash", "read_manifest",
+           "read_progress", "read_run", "resolve_path", "run_differences", "run_experiment", "run_status",
+           "scores_by_question", "spent", "stored", "stores", "systems_from_tables", "tally", "write_json",
+           "write_manifest", "write_marker", "write_report"]

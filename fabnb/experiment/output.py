@@ -22,8 +22,8 @@ from .. import __version__
 from .config import Experiment, ExperimentError, holds_other_files
 from .prices import cost_of
 
-__all__ = ["FAILURE_COLUMNS", "TALLY_COLUMNS", "check_output", "failures", "read_manifest", "spent", "stored",
-           "stores", "tally", "write_json", "write_manifest"]
+__all__ = ["FAILURE_COLUMNS", "TALLY_COLUMNS", "check_output", "failures", "questions_hash", "read_manifest", "spent",
+           "stored", "stores", "tally", "write_json", "write_manifest"]
 
 TALLY_COLUMNS = ["system", "stage", "planned", "ok", "failed", "prompt_tokens", "completion_tokens", "cost_usd"]
 FAILURE_COLUMNS = ["system", "stage", "cause", "cells"]
@@ -40,6 +40,19 @@ def stores(out: Path):
 def file_hash(exp: Experiment) -> str:
     """SHA-256 of the experiment file's text ('' for an experiment made from a dict)."""
     return hashlib.sha256(exp.source_text.encode("utf-8")).hexdigest() if exp.source_text else ""
+
+
+def questions_hash(questions: pd.DataFrame) -> str:
+    """SHA-256 of what the questions ask and expect (test_id, question, ground_truth_answer, in test_id order): two
+    runs with the same ids but edited texts are told apart (``fabnb compare``).
+
+    >>> q = pd.DataFrame({"test_id": ["b", "a"], "question": ["Why?", "How?"], "ground_truth_answer": ["1", "2"]})
+    >>> questions_hash(q) == questions_hash(q.iloc[::-1]), questions_hash(q) == questions_hash(q.assign(question="?"))
+    (True, False)
+    """
+    columns = [c for c in ("test_id", "question", "ground_truth_answer") if c in questions.columns]
+    rows = questions[columns].astype(str).sort_values("test_id").to_numpy().tolist()
+    return hashlib.sha256(json.dumps(rows, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
 def read_manifest(out: Path) -> dict | None:

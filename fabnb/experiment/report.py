@@ -12,7 +12,8 @@ from .. import __version__
 from .config import Experiment, gold_documents
 from .output import failures, now, stored, tally
 
-__all__ = ["COVERAGE_COLUMNS", "FEW_QUESTIONS", "ReportFiles", "caveats", "coverage", "question_scores", "write_report"]
+__all__ = ["COVERAGE_COLUMNS", "FEW_QUESTIONS", "ReportFiles", "caveats", "coverage", "question_scores",
+           "scores_by_question", "write_report"]
 
 COVERAGE_COLUMNS = ["system", "context_k", "mode", "metric", "score", "ci_low", "ci_high", "n", "planned",
                     "flagged", "score_unflagged", "shown"]
@@ -101,7 +102,7 @@ def _reference_section(exp: Experiment, out: Path, answers: pd.DataFrame, questi
             agg.rename(columns={"mean": "correct", "size": "n"}).to_markdown(index=False), ""]
 
 
-def _per_question(scores: pd.DataFrame) -> pd.DataFrame:
+def scores_by_question(scores: pd.DataFrame) -> pd.DataFrame:
     """The ok scores averaged over replicates, one row per system, window, mode, question and metric; ``flagged``
     where the store has judge sanity flags (any of the question's scores raised one)."""
     from ..judge import to_score_frame
@@ -139,7 +140,7 @@ def question_scores(exp: Experiment, questions: pd.DataFrame | None = None) -> p
     (['system', 'model', 'context_k', 'mode', 'test_id', 'metric', 'score'], 0)
     """
     questions = exp.questions() if questions is None else questions
-    return _per_question(stored(exp, questions)[1])
+    return scores_by_question(stored(exp, questions)[1])
 
 
 def _analyses(exp: Experiment, out: Path, per_question: pd.DataFrame) -> str:
@@ -341,7 +342,7 @@ def write_report(exp: Experiment, questions: pd.DataFrame | None = None, held: t
                   clean.pivot_table(index=["system", "context_k", "mode"], columns="metric", values="shown",
                                     aggfunc="first").reset_index().to_markdown(index=False), ""]
     lines += _flag_section(scores)
-    per_question = _per_question(scores)  # one frame for the B - A table and report/
+    per_question = scores_by_question(scores)  # one frame for the B - A table and report/
     lines += _gap_section(exp, per_question)
     note = _analyses(exp, out, per_question)
     lines += ["## Analyses", "", note or "Fits, behaviour labels, operating points, crossovers, correlations, "

@@ -19,7 +19,7 @@ from .. import __version__
 from ..core.bars import release_bar_lock
 from ..core.errors import FabnbError
 from ..core.records import cut_records, hold
-from ..judge.rubrics import RUBRIC_VERSION
+from ..judge.rubrics import RUBRIC_VERSION, rubric_hash
 from ..rag.system import prepare_system
 from .config import Experiment, ExperimentError
 from .output import (
@@ -29,6 +29,7 @@ from .output import (
     json_records,
     now,
     planned,
+    questions_hash,
     spent,
     stored,
     stores,
@@ -97,6 +98,7 @@ def _start_manifest(exp: Experiment, old: dict | None, plan_: Plan, questions: p
     endpoints["judge"] = {"model": exp.judge.model, "model_reported": reported.get(exp.judge.identity(), "")}
     return {"name": exp.name, "experiment_file": exp.source, "experiment_sha256": file_hash(exp),
             "fabnb": __version__, "versions": versions(), "rubric_version": RUBRIC_VERSION, "seed": exp.seed,
+            "rubric_sha256": rubric_hash(), "questions_sha256": questions_hash(questions),
             "signatures": signatures, "question_ids": list(questions["test_id"]),
             "questions_source": exp.questions_source,
             "statistics": {"interval": "95% over questions, chosen by sample size (fabnb.core.stats.cell_means: "

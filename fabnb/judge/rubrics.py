@@ -10,7 +10,7 @@ import pandas as pd
 from ..core.errors import CausedError
 
 __all__ = ['BANDS', 'INJECTION_PATTERNS', 'JudgeError', 'PLACEHOLDER_REASONS', 'RUBRICS', 'RUBRIC_VERSION',
-           'JUDGE_SCALE', 'STEPS', 'injection_flags', 'read_judgement', 'rubric_frame', 'rubric_variant']
+           'JUDGE_SCALE', 'STEPS', 'injection_flags', 'rubric_hash', 'read_judgement', 'rubric_frame', 'rubric_variant']
 
 RUBRIC_VERSION = "fab-bench-appendix-e/1"
 JUDGE_SCALE = (0, 10)
@@ -191,3 +191,18 @@ def read_judgement(text: str) -> tuple[int | float, str]:
     if reason.lower() in PLACEHOLDER_REASONS:
         raise JudgeError("the judge copied the prompt's example instead of judging.", "copied-example")
     return raw, str(data["reason"])
+
+
+def rubric_hash() -> str:
+    """SHA-256 of the judge's own text: every metric's rubric bands and steps, the scale and :data:`RUBRIC_VERSION`.
+    A manifest records it, so ``fabnb compare`` tells two runs judged by different prompt texts apart even where a
+    version was not bumped (DeepEval's template is recorded by its version in the manifest's ``versions``).
+
+    >>> len(rubric_hash())
+    64
+    """
+    import hashlib
+
+    text = json.dumps({"version": RUBRIC_VERSION, "scale": JUDGE_SCALE, "rubrics": RUBRICS, "steps": STEPS},
+                      sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

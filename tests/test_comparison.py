@@ -1,0 +1,191 @@
+"""``fabnb compare``: two runs paired question by question, the gate that fails only on evidence, and the CI recipe.
+
+The runs are real ``fabnb run`` folders on the scripted server (tests/stub_openai.py), whose judge scores each
+question by a seeded function of its text: the candidate's judge is told to score lower, or the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fabnb.cli import main
+from fabnb.core.exits import EXIT
+from fabnb.experiment.comparison import ComparisonError, compare_runs, compare_scores
+
+from conftest import ROOT
+from stub_openai import StubServer, completion
+from test_experiment import write_file
+
+
+def scripted_judge(shift: int = 0, noise: int = 0):
+    """A scripted server: answers echo the prompt's length; the judge scores a question 3-8 by a hash of its
+    prompt, plus ``shift`` (on 0-10), plus a seeded ``-noise..noise``: a candidate's judge scores ``shift / 10``
+    lower or higher than the base's on average."""
+    def reply(request: dict, n: int):
+        content = request["messages"][-1]["content"]
+        if request.get("response_format"):
+            question = re.search(r"Input:\s*(.{0,200})", content, re.S)
+            key = zlib.crc32((question.group(1) if question else content[:400]).encode())
+            base = 3 + key % 6
+            jitter = (zlib.crc32(f"{key}-{shift}".encode()) % (2 * noise + 1) - noise) if noise else 0
+            score = max(0, min(10, base + shift + jitter))
+            return 200, completion(json.dumps({"reason": "Scripted.", "score": score}), model=request["model"]), {}
+        return 200, completion(f"An answer to a prompt of {len(content)} characters.", model=request["model"]), {}
+    return reply
+
+
+def run_folder(tmp_path: Path, name: str, monkeypatch, reply, **changes) -> Path:
+    """A finished ``fabnb run`` (one window, mode A, one metric) on the scripted server; its output folder."""
+    folder = tmp_path / name
+    folder.mkdir()
+    monkeypatch.setenv("FABNB_CACHE_DIR", str(folder / "cache"))  # each run's judge is its own: no shared replies
+    monkeypatch.setenv("FABNB_TEST_KEY", "sk-test")
+    settings = {"windows": "[1]", "modes": '["A"]', "metrics": '["relevance"]', **changes}
+    path = write_file(folder, **settings)
+    if "system_name" in changes:
+        path.write_text(path.read_text().replace('name = "ref"', f'name = "{changes["system_name"]}"'))
+    with StubServer(reply) as server:
+        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
+        assert main(["run", str(path), "--no-probe", "--no-progress"]) == 0
+    return folder / "out"
+
+
+# --------------------------------------------------------------- the statistics, on frames
+
+
+def frames(n: int, shift: float, seed: int, sd: float = 0.1):
+    rng = np.random.default_rng(seed)
+    q = [f"q{i}" for i in range(n)]
+    base = pd.DataFrame({"system": "s", "context_k": 4.0, "mode": "A", "test_id": q, "metric": "average",
+                         "score": rng.uniform(0.3, 0.8, n)})
+    return base, base.assign(score=base["score"] + shift + rng.normal(0, sd, n))
+
+
+def test_a_true_regression_of_a_tenth_at_fifty_questions_fails_the_gate():
+    base, worse = frames(50, -0.1, seed=1)
+    c = compare_scores(base, worse)
+    assert c.verdict() == "regression" and c.primary["ci_high"].iloc[0] < -0.02
+    assert c.exit_code(fail_on_regression=True) == EXIT["check_failed"] == 1
+    assert c.exit_code() == 0  # without the flag a comparison is information
+
+
+def test_a_tie_at_five_questions_is_inconclusive_never_a_regression_and_names_the_questions_that_would_settle_it():
+    base, same = frames(5, 0.0, seed=3)
+    c = compare_scores(base, same)
+    assert c.verdict() == "inconclusive" and c.exit_code(fail_on_regression=True) == 0
+    assert c.exit_code(fail_on_inconclusive=True) == EXIT["inconclusive"]
+    needed = c.primary["questions_needed"].iloc[0]
+    assert needed > 5 and f"about {int(needed)} paired questions would settle it" in c.summary()
+    # Over 300 seeded ties at 5 questions the gate calls a regression at most as often as its one-sided level
+    # (2.5%), with the simulation's error.
+    calls = [compare_scores(*frames(5, 0.0, seed=s, sd=0.15)).verdict() for s in range(300)]
+    assert calls.count("regression") / 300 <= 0.05
+
+
+def test_identical_runs_are_no_regression_and_a_constant_drop_is_judged_by_its_sign():
+    base, _ = frames(8, 0.0, seed=4)
+    assert compare_scores(base, base).verdict() == "no regression"
+    drop = base.assign(score=base["score"] - 0.1)
+    assert compare_scores(drop.head(0), drop.head(0)).verdict() == "inconclusive"
+    assert compare_scores(base, drop).verdict() == "regression"  # 8 of 8 worse: a sign test's p = 0.008
+    assert compare_scores(base.head(3), drop.head(3)).verdict() == "inconclusive"  # 3 of 3: p = 0.25
+
+
+def test_the_information_table_pairs_every_metric_and_window_under_the_family_policy():
+    base, worse = frames(30, -0.1, seed=5)
+    two = pd.concat([base, base.assign(context_k=8.0), base.assign(metric="depth")])
+    cand = pd.concat([worse, base.assign(context_k=8.0), worse.assign(metric="depth")])
+    c = compare_scores(two, cand, pass_threshold=0.5)
+    t = c.table.set_index(["metric", "context_k"])
+    assert len(t) == 3 and set(t["ci_level"]) == {1 - 0.05 / 3}
+    assert bool(t.loc[("depth", 4.0), "claimed"]) and not bool(t.loc[("average", 8.0), "claimed"])
+    assert t.loc[("average", 8.0), "method"] == "no spread" and {"pass_base", "mcnemar_p"} <= set(t.columns)
+    assert c.items["d"].is_monotonic_increasing and len(c.items) == 60  # the primary metric's cells, worst first
+
+
+# --------------------------------------------------------------- real runs, on the scripted server
+
+
+def test_runs_on_the_scripted_server_gate_refuse_and_map(tmp_path, monkeypatch, capsys):
+    base = run_folder(tmp_path, "base", monkeypatch, scripted_judge(), sample=50)
+    worse = run_folder(tmp_path, "worse", monkeypatch, scripted_judge(shift=-1, noise=1), sample=50)
+    assert main(["compare", str(base), str(worse), "--fail-on-regression", "--metric", "relevance"]) == 1
+    out = capsys.readouterr().out
+    assert "verdict: regression" in out and (worse / "compare.md").exists()
+    data = json.loads((worse / "compare.json").read_text())
+    assert data["verdict"] == "regression" and data["primary"][0]["n"] == 50
+    assert -0.15 < data["primary"][0]["mean"] < -0.05
+    assert "not calibrated against experts" in (worse / "compare.md").read_text()
+    assert main(["compare", str(base), str(worse), "--require-calibrated-judge"]) == EXIT["usage"]
+    assert "judge_calibration" in capsys.readouterr().err
+
+    fewer = run_folder(tmp_path, "fewer", monkeypatch, scripted_judge(), sample=40)
+    assert main(["compare", str(base), str(fewer)]) == EXIT["usage"]
+    err = capsys.readouterr().err
+    assert "cannot be paired: question ids: 50 questions, 10 not in candidate" in err and "--allow questions" in err
+    assert main(["compare", str(base), str(fewer), "--allow", "questions"]) == 0
+    assert json.loads((fewer / "compare.json").read_text())["primary"][0]["n"] == 40
+
+    renamed = run_folder(tmp_path, "renamed", monkeypatch, scripted_judge(), sample=50, system_name="ref2")
+    assert main(["compare", str(base), str(renamed)]) == EXIT["usage"]
+    assert "--map ref=ref2" in capsys.readouterr().err
+    assert main(["compare", str(base), str(renamed), "--map", "ref=ref2", "--fail-on-regression"]) == 0
+    c = compare_runs(base, renamed, systems={"ref": "ref2"})
+    assert c.verdict() == "no regression" and c.primary["system"].tolist() == ["ref2"]
+    said = c.differences.set_index("what")
+    assert said.loc["system name", "base"] == "ref" and said.loc["system name", "candidate"] == "ref2"
+    assert float(c.primary["mean"].iloc[0]) == 0.0
+    assert not any("endpoint" in w or "model" in w for w in said.index)  # another port is the same model
+    with pytest.raises(ComparisonError, match="names 'nope' \\(base\\)"):
+        compare_runs(base, renamed, systems={"nope": "ref2"})
+
+
+def test_a_folder_that_is_not_a_run_and_another_judge_are_refused_by_name(tmp_path, monkeypatch, capsys):
+    assert main(["compare", str(tmp_path), str(tmp_path)]) == EXIT["usage"]
+    assert "holds no manifest.json" in capsys.readouterr().err
+    base = run_folder(tmp_path, "base", monkeypatch, scripted_judge(), sample=5)
+    other = run_folder(tmp_path, "other", monkeypatch, scripted_judge(),
+                       sample=5, extra_judge="reason_chars = 300")
+    with pytest.raises(ComparisonError, match="judge reason_chars: 400 -> 300.*--allow judge"):
+        compare_runs(base, other)
+    c = compare_runs(base, other, allow=("judge",))
+    assert any("allowed: judge reason_chars differs" in n for n in c.notices)
+    manifest = json.loads((base / "manifest.json").read_text())
+    assert len(manifest["questions_sha256"]) == 64 and len(manifest["rubric_sha256"]) == 64
+
+
+# --------------------------------------------------------------- the CI recipe
+
+
+def test_the_ci_recipe_runs_main_then_a_pull_request_and_writes_compare_md(tmp_path):
+    """examples/ci/compare.sh as the GitHub workflow calls it: once on main (it keeps the base), once on a pull
+    request (it compares and writes the job summary)."""
+    recipe = ROOT / "examples" / "ci" / "compare.sh"
+    workflow = (ROOT / "examples" / "ci" / "fabnb-compare.yml").read_text()
+    assert "examples/ci/compare.sh" in workflow and "FABNB_CACHE_DIR" in workflow
+    write_file(tmp_path, windows="[1]", modes='["A"]', metrics='["relevance"]', sample=5)
+    summary = tmp_path / "summary.md"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FABNB_TEST_KEY": "sk-test", "FABNB_EXPERIMENT":
+           str(tmp_path / "experiment.toml"), "FABNB_BASE": str(tmp_path / "base-run"),
+           "FABNB_CANDIDATE": str(tmp_path / "pr-run"), "FABNB_CACHE_DIR": str(tmp_path / "cache"),
+           "GITHUB_STEP_SUMMARY": str(summary), "FABNB": f"{sys.executable} -m fabnb.cli"}
+    with StubServer(scripted_judge()) as server:
+        env["FABNB_TEST_URL"] = server.base_url
+        first = subprocess.run(["bash", str(recipe), "base"], env=env, capture_output=True, text=True, timeout=300)
+        assert first.returncode == 0, first.stderr
+        assert (tmp_path / "base-run" / "manifest.json").exists() and not summary.exists()
+        second = subprocess.run(["bash", str(recipe), "candidate"], env=env, capture_output=True, text=True,
+                                timeout=300)
+    assert second.returncode == 0, second.stdout + second.stderr
+    md = (tmp_path / "pr-run" / "compare.md").read_text()
+    assert md.startswith("# fabnb compare: ") and "## Gate" in md and summary.read_text() == md
