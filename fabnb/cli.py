@@ -13,6 +13,8 @@ loopback; without ``--serve`` it prints each rater's progress.
 ``fabnb compare BASE CANDIDATE`` compares two run folders question by question and writes ``compare.md`` and
 ``compare.json``; ``--fail-on-regression`` makes it a gate for CI.
 
+``fabnb export RUN_DIR --html OUT`` writes the run's results as a static page (``fabnb.views.page``).
+
 ``fabnb serve-local`` serves the embedded model on loopback until interrupted.
 
 ``fabnb doctor`` tells what works on this machine (exit status 1 when the default LLM
@@ -139,6 +141,21 @@ def _compare(args: argparse.Namespace) -> int:
     return comparison.exit_code(args.fail_on_regression, args.fail_on_inconclusive)
 
 
+def _export(args: argparse.Namespace) -> int:
+    from .core.errors import FabnbError
+    from .views.page import export_page
+
+    start = time.perf_counter()
+    try:
+        index = export_page(args.folder, args.html)
+    except (FabnbError, FileNotFoundError, ValueError, OSError) as exc:
+        print(f"fabnb export: {exc}", file=sys.stderr)
+        return EXIT["usage"]
+    print(f"wrote {index} ({time.perf_counter() - start:.1f} s): open it in a browser (file:// works) or copy the "
+          "folder to any static host")
+    return EXIT["ok"]
+
+
 def _explore(args: argparse.Namespace) -> int:
     from .core.errors import FabnbError
     from .views.explorer import serve_explorer
@@ -222,6 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--require-calibrated-judge", action="store_true",
                      help="refuse when a run's judge has no calibration against expert ratings")
     cmp.set_defaults(run=_compare)
+    exo = sub.add_parser("export", help="a run's results as a static page: no server, opens from file://")
+    exo.add_argument("folder", help="the output folder of fabnb run (with compare.json if fabnb compare wrote one)")
+    exo.add_argument("--html", required=True, metavar="OUT", help="the page's folder (index.html, data/, figures/)")
+    exo.set_defaults(run=_export)
     exp = sub.add_parser("explore", help="the results explorer of a run folder as a page of its own (Voilà)")
     exp.add_argument("folder", help="the output folder of fabnb run")
     exp.add_argument("--port", type=int, help="port (default: a free one)")

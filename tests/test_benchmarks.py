@@ -16,7 +16,7 @@ from conftest import ROOT
 
 BENCHMARKS = ROOT / "benchmarks"
 MARKS = {"bench_eta.py": pytest.mark.model, "bench_local_build.py": pytest.mark.model,
-         "bench_jupyter.py": pytest.mark.browser}
+         "bench_jupyter.py": pytest.mark.browser, "bench_page.py": pytest.mark.browser}
 SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("bench_*.py"))
 
 

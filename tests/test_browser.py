@@ -108,7 +108,8 @@ class LocalOnlyBrowser:
             url = r.request.url
             self.requests.append(url)
             host = urlsplit(url).hostname or ""
-            if urlsplit(url).scheme in ("data", "blob", "about") or host in LOCAL_HOSTS or f"[{host}]" in LOCAL_HOSTS:
+            local = host in LOCAL_HOSTS or f"[{host}]" in LOCAL_HOSTS
+            if urlsplit(url).scheme in ("data", "blob", "about", "file") or local:  # file://: this machine
                 r.continue_()
             else:
                 self.elsewhere.append(url)

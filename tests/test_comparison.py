@@ -189,3 +189,70 @@ def test_the_ci_recipe_runs_main_then_a_pull_request_and_writes_compare_md(tmp_p
     assert second.returncode == 0, second.stdout + second.stderr
     md = (tmp_path / "pr-run" / "compare.md").read_text()
     assert md.startswith("# fabnb compare: ") and "## Gate" in md and summary.read_text() == md
+
+
+# --------------------------------------------------------------- the static page
+
+HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=1</script><b>bold</b>'
+
+
+def hostile_answers(request: dict, n: int):
+    """The scripted judge, with every answer carrying HTML that would run if shown as HTML."""
+    status, body, headers = scripted_judge()(request, n)
+    if not request.get("response_format"):
+        body = completion(HOSTILE + " and an answer.", model=request["model"])
+    return status, body, headers
+
+
+def test_export_writes_a_page_of_script_files_and_refuses_a_folder_that_is_not_a_run(tmp_path, monkeypatch, capsys):
+    run = run_folder(tmp_path, "run", monkeypatch, hostile_answers, sample=6, windows="[1, 2]")
+    assert main(["export", str(run), "--html", str(tmp_path / "page")]) == 0
+    data = tmp_path / "page" / "data"
+    assert sorted(p.name for p in data.iterdir()) == ["cells.js", "detail-0000.js", "summary.js"]
+    cells = json.loads(re.match(r'FABNB\.add\("cells", (.*)\);\n$', (data / "cells.js").read_text(), re.S).group(1))
+    assert len(cells["rows"]) == 12 and cells["metrics"] == ["relevance"]
+    assert json.dumps(HOSTILE)[1:-1] in (data / "detail-0000.js").read_text()  # as it is: the page shows it as text
+    assert "fetch(" not in (tmp_path / "page" / "index.html").read_text()
+    assert main(["export", str(tmp_path), "--html", str(tmp_path / "p2")]) == EXIT["usage"]
+    assert "holds neither answers.jsonl nor scores.jsonl" in capsys.readouterr().err
+
+
+@pytest.mark.browser
+def test_the_static_page_opens_from_file_filters_and_keeps_hostile_text_as_text(tmp_path, monkeypatch):
+    from playwright.sync_api import sync_playwright
+
+    from test_browser import _chromium
+
+    base = run_folder(tmp_path, "base", monkeypatch, scripted_judge(), sample=6, windows="[1, 2]")
+    run = run_folder(tmp_path, "run", monkeypatch, hostile_answers, sample=6, windows="[1, 2]")
+    assert main(["compare", str(base), str(run)]) == 0
+    from fabnb.views.page import export_page
+
+    index = export_page(run, tmp_path / "page", page_cells=5)  # three detail files for twelve cells
+    at_2k = sorted(s for s in pd.read_json(run / "scores.jsonl", lines=True).query("context_k == 2")["score"])
+    cut = (at_2k[0] + at_2k[-1]) / 2
+    assert at_2k[0] < cut < at_2k[-1]
+    expected = sum(s >= cut for s in at_2k)
+    with sync_playwright() as pw:
+        browser = _chromium(pw)
+        try:
+            page = browser.new_page()
+            page.goto(index.as_uri())
+            page.wait_for_selector("body[data-ready]", timeout=30_000)
+            assert page.locator("#count").inner_text().startswith("12 of 12 cells")
+            assert page.locator(".verdict").inner_text() == "verdict: no regression"
+            page.select_option("#filter-context_k", "2")
+            assert page.locator("#count").inner_text().startswith("6 of 12 cells")
+            page.fill("#filter-min", str(cut))
+            assert page.locator("#count").inner_text().startswith(f"{expected} of 12 cells")
+            assert page.locator("tr.fabnb-row").count() == expected
+            page.fill("#filter-min", "")
+            page.locator("tr.fabnb-row").last.click()  # its details are in the last file
+            page.wait_for_selector("#detail .answer", timeout=10_000)
+            assert HOSTILE in page.locator("#detail .answer").inner_text()
+            assert page.locator("#detail img, #detail b, #detail script").count() == 0
+            assert page.evaluate("window.pwned") is None
+        finally:
+            browser.close()
+    assert all(u.startswith("file://") for u in browser.requests), browser.requests
+    assert any(u.endswith("detail-0002.js") for u in browser.requests)
