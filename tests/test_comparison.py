@@ -256,3 +256,47 @@ def test_the_static_page_opens_from_file_filters_and_keeps_hostile_text_as_text(
             browser.close()
     assert all(u.startswith("file://") for u in browser.requests), browser.requests
     assert any(u.endswith("detail-0002.js") for u in browser.requests)
+
+
+@pytest.mark.browser
+def test_the_paper_scale_page_opens_from_file_filters_and_asks_no_other_host(tmp_path, monkeypatch):
+    """The stores of benchmarks/bench_explorer.py (8,800 cells, 52,800 scores), one answer made hostile, exported
+    and opened from file:// under the fixture that records every request; the times are bench_page.py's."""
+    from playwright.sync_api import sync_playwright
+
+    from fabnb.views.page import export_page
+
+    from test_browser import _chromium
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    from bench_explorer import write_stores
+
+    run = tmp_path / "run"
+    write_stores(run)
+    answers = run / "answers.jsonl"
+    with answers.open() as f:
+        first = json.loads(f.readline())
+        rest = f.read()
+    answers.write_text(json.dumps({**first, "answer": HOSTILE}) + "\n" + rest)
+    ids = json.loads((run / "manifest.json").read_text())["question_ids"]
+    questions = pd.DataFrame({"test_id": ids, "question": [f"question {t}" for t in ids]})
+    index = export_page(run, tmp_path / "page", questions=questions)
+    with sync_playwright() as pw:
+        browser = _chromium(pw)
+        try:
+            page = browser.new_page()
+            page.goto(index.as_uri())
+            page.wait_for_selector("body[data-ready]", timeout=60_000)
+            assert page.locator("#count").inner_text().startswith("8800 of 8800 cells")
+            page.select_option("#filter-system", "system-2")
+            assert page.locator("#count").inner_text().startswith("2200 of 8800 cells")
+            page.select_option("#filter-system", "")
+            page.fill("#filter-text", "Q000")
+            assert page.locator("#count").inner_text().startswith("44 of 8800 cells")
+            page.locator("tr.fabnb-row").first.click()  # system-0, 4K, Q000: the hostile answer
+            page.wait_for_selector("#detail .answer", timeout=30_000)
+            assert page.locator("#detail .answer").inner_text() == HOSTILE
+            assert page.evaluate("window.pwned") is None and page.locator("#detail img").count() == 0
+        finally:
+            browser.close()
+    assert browser.requests and all(u.startswith("file://") for u in browser.requests)
