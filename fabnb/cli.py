@@ -136,6 +136,7 @@ def _compare(args: argparse.Namespace) -> int:
         return EXIT["usage"]
     for notice in comparison.notices:
         print(f"note: {notice}")
+    print(comparison.terminal())
     print(comparison.summary())
     print(f"verdict: {comparison.verdict()}; wrote {md} and {js}")
     return comparison.exit_code(args.fail_on_regression, args.fail_on_inconclusive)

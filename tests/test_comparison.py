@@ -196,9 +196,9 @@ def test_the_ci_recipe_runs_main_then_a_pull_request_and_writes_compare_md(tmp_p
 HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=1</script><b>bold</b>'
 
 
-def hostile_answers(request: dict, n: int):
+def hostile_answers(request: dict, n: int, judge=scripted_judge()):
     """The scripted judge, with every answer carrying HTML that would run if shown as HTML."""
-    status, body, headers = scripted_judge()(request, n)
+    status, body, headers = judge(request, n)
     if not request.get("response_format"):
         body = completion(HOSTILE + " and an answer.", model=request["model"])
     return status, body, headers
@@ -224,8 +224,13 @@ def test_the_static_page_opens_from_file_filters_and_keeps_hostile_text_as_text(
     from test_browser import _chromium
 
     base = run_folder(tmp_path, "base", monkeypatch, scripted_judge(), sample=6, windows="[1, 2]")
-    run = run_folder(tmp_path, "run", monkeypatch, hostile_answers, sample=6, windows="[1, 2]")
+    lower = scripted_judge(shift=-1, noise=1)
+    run = run_folder(tmp_path, "run", monkeypatch, lambda r, n: hostile_answers(r, n, lower), sample=6,
+                     windows="[1, 2]")
     assert main(["compare", str(base), str(run)]) == 0
+    compared = json.loads((run / "compare.json").read_text())
+    worst = compared["items"][0]
+    assert worst["d"] < 0
     from fabnb.views.page import export_page
 
     index = export_page(run, tmp_path / "page", page_cells=5)  # three detail files for twelve cells
@@ -240,7 +245,13 @@ def test_the_static_page_opens_from_file_filters_and_keeps_hostile_text_as_text(
             page.goto(index.as_uri())
             page.wait_for_selector("body[data-ready]", timeout=30_000)
             assert page.locator("#count").inner_text().startswith("12 of 12 cells")
-            assert page.locator(".verdict").inner_text() == "verdict: no regression"
+            assert page.locator(".verdict").inner_text() == f"verdict: {compared['verdict']}"
+            page.locator("tr.fabnb-item").first.click()  # the worst item opens its cell
+            page.wait_for_selector("#detail .answer", timeout=10_000)
+            assert page.locator("#count").inner_text().startswith("1 of 12 cells")
+            assert worst["test_id"] in page.locator("#detail h3").first.inner_text()
+            page.select_option("#filter-mode", "")
+            page.fill("#filter-text", "")
             page.select_option("#filter-context_k", "2")
             assert page.locator("#count").inner_text().startswith("6 of 12 cells")
             page.fill("#filter-min", str(cut))

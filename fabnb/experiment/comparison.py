@@ -184,6 +184,13 @@ def _pair(base: pd.DataFrame, candidate: pd.DataFrame, systems: dict) -> pd.Data
     return paired.assign(d=paired["candidate"] - paired["base"])
 
 
+def _p(p) -> str:
+    """A p-value as a table shows it: two significant digits, ``< 0.0001`` below that, ``-`` where no test ran."""
+    if p is None or not np.isfinite(p):
+        return "-"
+    return "< 0.0001" if p < 1e-4 else f"{p:.2g}"
+
+
 def _needed(row, margin: float) -> int | None:
     """About how many questions would put the interval wholly on one side of ``-margin``: the half-width shrinks as
     1 / sqrt(n). None where nothing settles it (the estimate sits on the margin) or no interval could be drawn."""
@@ -291,6 +298,18 @@ class Comparison:
             lines.append(line)
         return "\n".join(lines) if lines else "no cells are paired: nothing to gate on"
 
+    def terminal(self) -> str:
+        """Every metric and window as the terminal prints it: one line each, the difference with its interval."""
+        from ..core.stats import shown_interval
+
+        if not len(self.table):
+            return "no cells are paired"
+        t = self.table.assign(difference=[shown_interval(*v) for v in self.table[
+            ["mean", "ci_low", "ci_high", "n", "method"]].itertuples(index=False)],
+            claimed=self.table["claimed"].map({True: "yes", False: ""}))
+        columns = ["system", "metric", "context_k", "mode", "base_mean", "candidate_mean", "difference", "claimed"]
+        return t[columns].round(3).to_string(index=False)
+
     def markdown(self, rows: int = 10) -> str:
         """``compare.md``: the verdict, what differs, the per-metric table and the items that moved most; fits a
         GitHub job summary or a pull-request comment."""
@@ -302,7 +321,8 @@ class Comparison:
         if len(self.differences):
             out += ["## What differs", "", self.differences.to_markdown(index=False), ""]
         t = self.table.assign(difference=[shown_interval(*v) for v in self.table[
-            ["mean", "ci_low", "ci_high", "n", "method"]].itertuples(index=False)])
+            ["mean", "ci_low", "ci_high", "n", "method"]].itertuples(index=False)],
+            p_holm=[_p(p) for p in self.table["p_holm"]], claimed=self.table["claimed"].map({True: "yes", False: ""}))
         columns = ["system", "metric", "context_k", "mode", "base_mean", "candidate_mean", "difference", "n",
                    "p_holm", "claimed"] + [c for c in ("pass_base", "pass_candidate", "mcnemar_p") if c in t.columns]
         level = f"{t['ci_level'].iloc[0]:.2%}" if len(t) else "-"
@@ -382,8 +402,8 @@ def compare_scores(base: pd.DataFrame, candidate: pd.DataFrame, *, systems: dict
     primary = paired_differences(pooled, ["system"], ci=ci).assign(metric=metric)
     primary = _gate(primary[["system", "metric", "mean", "ci_low", "ci_high", "n", "method", "ci_level"]], margin,
                     ci)
-    items = chosen[[*CELL, "base", "candidate", "d"]].sort_values(["d", *CELL], kind="stable",
-                                                                   ignore_index=True)
+    items = chosen[[*CELL, "base", "candidate", "d"]].assign(d=lambda f: f["d"].round(9))  # 0.6 - 0.8 ties 0.4 - 0.6
+    items = items.sort_values(["d", *CELL], kind="stable", ignore_index=True)
     notices = []
     if not len(chosen):
         notices.append(f"no paired cell has the metric {metric!r}: the gate has nothing to read; metrics paired: "
