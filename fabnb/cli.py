@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from . import __version__
 from .core.exits import EXIT, table
@@ -98,19 +99,88 @@ def _rate(args: argparse.Namespace) -> int:
     from .qa.rating_app import RatingApp, serve_app
 
     try:
+        raters = [r.strip() for r in (args.raters or "").split(",") if r.strip()] or None
+        if args.sample is not None:
+            return _draw_study(args, raters)
         if args.serve:
-            raters = [r for r in (args.raters or "").split(",") if r.strip()] or None
             return serve_app(args.qa, args.ratings, args.manifests, port=args.port, host=args.host, raters=raters,
-                             url=args.url)
-        app = RatingApp.from_folders(args.qa, args.ratings, args.manifests)
+                             url=args.url, study=args.study_run)
+        app = RatingApp.from_study(args.study_run) if args.study_run else RatingApp.from_folders(args.qa, args.ratings,
+                                                                                      args.manifests)
     except FabnbError as exc:
         print(f"fabnb rate: {exc}", file=sys.stderr)
         return EXIT["usage"]
     table = app.progress()
     print(f"{len(app.items)} items; ratings in {app.store.folder}")
     print(table.to_string(index=False) if len(table) else "no rater has rated yet")
+    if args.study_run:
+        return _calibration(args.study_run, app)
     print("serve the app with: fabnb rate --serve" + (f" --qa {args.qa}" if args.qa else "")
           + f" --ratings {args.ratings}" + (f" --manifests {args.manifests}" if args.manifests else ""))
+    return EXIT["ok"]
+
+
+def _calibration(run, app) -> int:
+    """``fabnb rate --from RUN_DIR``: the study's progress, then (once experts have scored) the calibration."""
+    from .core.errors import FabnbError
+    from .core.stats import shown_interval
+    from .judge.calibration import calibrate
+
+    if not len(app.store.ratings(kind="answer")):
+        print(f"no answer scored yet: serve the app with fabnb rate --serve --from {run}")
+        return EXIT["ok"]
+    try:
+        result = calibrate(run)
+    except FabnbError as exc:
+        print(f"fabnb rate: {exc}", file=sys.stderr)
+        return EXIT["usage"]
+    for row in result["agreement"]:
+        print(f"{row['metric']:<20} {row['statistic']:<16} "
+              f"{shown_interval(row['value'], row['ci_low'], row['ci_high'], row['n_items'])} "
+              f"({row['n_items']} answers, {row['n_raters']} raters)")
+    for row in result["corrected_means"] or []:
+        own = shown_interval(row["judge_mean"], row["judge_ci_low"], row["judge_ci_high"], row["n_cells"])
+        ppi = shown_interval(row["estimate"], row["ci_low"], row["ci_high"], row["n_rated"])
+        print(f"{row['metric']:<20} judge's mean {own}; prediction-powered {ppi}")
+    for metric, verdict in result["verdicts"].items():
+        print(f"{metric}: {'the judge may be used alone' if verdict['usable_alone'] else 'not alone'} "
+              f"({verdict['why']})")
+    print(f"wrote {Path(run) / 'calibration' / 'calibration.json'}")
+    return EXIT["ok"]
+
+
+def _draw_study(args: argparse.Namespace, raters) -> int:
+    """``fabnb rate --from RUN_DIR --sample N --raters A,B``: draw a calibration sample of the run's judged answers
+    and write the study (items, assignments) into its folder."""
+    from .judge.calibration import CalibrationError, answer_items, draw_sample, judged_cells, write_study
+    from .views.explorer import Explorer
+
+    if not args.study_run:
+        print("fabnb rate --sample: name the run to sample with --from RUN_DIR.", file=sys.stderr)
+        return EXIT["usage"]
+    if not raters or len(raters) < 2:
+        print("fabnb rate --sample: name two or more raters (--raters ana,ben): agreement needs an overlap.",
+              file=sys.stderr)
+        return EXIT["usage"]
+    explorer = Explorer.from_folder(args.study_run)
+    metrics = [m.strip() for m in (args.metrics or ",".join(explorer.metrics)).split(",") if m.strip()]
+    unknown = sorted(set(metrics) - set(explorer.metrics))
+    if unknown:
+        print(f"fabnb rate --metrics: {unknown} were not judged in {args.study_run}; judged: "
+              f"{', '.join(explorer.metrics)}.", file=sys.stderr)
+        return EXIT["usage"]
+    questions = explorer.questions.reset_index(drop=True)
+    try:
+        sample = draw_sample(explorer.scores, args.sample, seed=args.seed, design=args.design, questions=questions)
+        items = answer_items(explorer.answers, questions, sample, metrics)
+        study = write_study(args.study_run, sample, items, raters, metrics, per_item=args.per_item, seed=args.seed,
+                            population=judged_cells(explorer.scores, questions))
+    except CalibrationError as exc:
+        print(f"fabnb rate: {exc}", file=sys.stderr)
+        return EXIT["usage"]
+    print(f"drew {len(sample)} of the run's judged answers ({args.design}, seed {args.seed}) for {', '.join(raters)} "
+          f"on {', '.join(metrics)}; wrote {study}")
+    print(f"serve the app with: fabnb rate --serve --from {args.study_run}")
     return EXIT["ok"]
 
 
@@ -192,6 +262,61 @@ def _doctor(args: argparse.Namespace) -> int:
     return EXIT["ok"] if default_llm_ok(table) else EXIT["check_failed"]
 
 
+def _add_compare(sub) -> None:
+    """``fabnb compare``'s arguments."""
+    cmp = sub.add_parser("compare", help="compare two run folders question by question; a regression gate for CI",
+                         epilog=table(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    cmp.add_argument("base", help="the output folder of the earlier run (main's, say)")
+    cmp.add_argument("candidate", help="the output folder of the run to judge")
+    cmp.add_argument("--out", help="where compare.md and compare.json go (default: the candidate's folder)")
+    cmp.add_argument("--map", action="append", metavar="OLD=NEW",
+                     help="a system renamed between the runs; repeat for several")
+    cmp.add_argument("--allow", action="append", choices=("questions", "judge"),
+                     help="compare anyway when the questions (the shared ones are paired) or the judge differ")
+    cmp.add_argument("--metric", default="average",
+                     help="the primary metric the gate reads, pooled over windows and modes (default: %(default)s, "
+                          "the mean of the judged metrics)")
+    cmp.add_argument("--margin", type=float, default=0.02,
+                     help="a regression is worse than -MARGIN with evidence (default: %(default)s)")
+    cmp.add_argument("--pass-threshold", type=float, metavar="SCORE",
+                     help="also test pass (score >= SCORE) with McNemar's exact test per metric and window")
+    cmp.add_argument("--fail-on-regression", action="store_true",
+                     help="exit 1 when the primary difference's interval lies wholly below -MARGIN")
+    cmp.add_argument("--fail-on-inconclusive", action="store_true",
+                     help="exit 6 when the questions are too few to tell")
+    cmp.add_argument("--require-calibrated-judge", action="store_true",
+                     help="refuse when a run's judge has no calibration against expert ratings")
+    cmp.set_defaults(run=_compare)
+
+
+def _add_rate(sub) -> None:
+    """``fabnb rate``'s arguments: the QA-pair app, and the judge-calibration study of a run (``--from``)."""
+    rate = sub.add_parser("rate", help="the rating app for experts (--serve), or each rater's progress")
+    rate.add_argument("--serve", action="store_true", help="serve the app (Voilà) on 127.0.0.1 and print its URL")
+    rate.add_argument("--qa", help="a folder of FAB-Bench-format QA files (default: the released 200 pairs)")
+    rate.add_argument("--ratings", default="ratings", help="the raters' files (default: %(default)s)")
+    rate.add_argument("--manifests", help="a folder of rater assignments (fabnb.qa.rating.write_manifests)")
+    rate.add_argument("--port", type=int, help="port (default: a free one)")
+    rate.add_argument("--host", default="127.0.0.1",
+                      help="address to serve on (default: %(default)s); any other address serves only with a "
+                           "personal token link per rater")
+    rate.add_argument("--raters", metavar="NAMES", help="comma-separated raters who get a link (default: the "
+                                                        "raters of --manifests)")
+    rate.add_argument("--url", help="the address raters open, when it is not http://HOST:PORT/ (a reverse proxy "
+                                    "with TLS, say): the links start with it")
+    rate.add_argument("--from", dest="study_run", metavar="RUN_DIR",
+                      help="a run folder: experts score its judged answers (judge calibration); with --sample, draw "
+                           "the study; with --serve, serve it; alone, each rater's progress")
+    rate.add_argument("--sample", type=int, metavar="N", help="draw N judged answers of --from's run to score")
+    rate.add_argument("--design", choices=("uniform", "stratified"), default="uniform",
+                      help="uniform (for corrected means, the default) or stratified (for agreement across systems, "
+                           "windows, modes, test types and score bands)")
+    rate.add_argument("--metrics", help="comma-separated metrics to score (default: every metric the run judged)")
+    rate.add_argument("--per-item", type=int, default=2, help="raters per answer (default: %(default)s)")
+    rate.add_argument("--seed", type=int, default=0, help="the draw's and the assignment's seed")
+    rate.set_defaults(run=_rate)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fabnb", description="A research kit for adaptive RAG benchmarking.",
                                      epilog=table(), formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -217,29 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="this system's (or the judge's) server moved to a new address but is the same server: "
                           "keep its cells (recorded in the manifest); repeat for several")
     run.set_defaults(run=_run)
-    cmp = sub.add_parser("compare", help="compare two run folders question by question; a regression gate for CI",
-                         epilog=table(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    cmp.add_argument("base", help="the output folder of the earlier run (main's, say)")
-    cmp.add_argument("candidate", help="the output folder of the run to judge")
-    cmp.add_argument("--out", help="where compare.md and compare.json go (default: the candidate's folder)")
-    cmp.add_argument("--map", action="append", metavar="OLD=NEW",
-                     help="a system renamed between the runs; repeat for several")
-    cmp.add_argument("--allow", action="append", choices=("questions", "judge"),
-                     help="compare anyway when the questions (the shared ones are paired) or the judge differ")
-    cmp.add_argument("--metric", default="average",
-                     help="the primary metric the gate reads, pooled over windows and modes (default: %(default)s, "
-                          "the mean of the judged metrics)")
-    cmp.add_argument("--margin", type=float, default=0.02,
-                     help="a regression is worse than -MARGIN with evidence (default: %(default)s)")
-    cmp.add_argument("--pass-threshold", type=float, metavar="SCORE",
-                     help="also test pass (score >= SCORE) with McNemar's exact test per metric and window")
-    cmp.add_argument("--fail-on-regression", action="store_true",
-                     help="exit 1 when the primary difference's interval lies wholly below -MARGIN")
-    cmp.add_argument("--fail-on-inconclusive", action="store_true",
-                     help="exit 6 when the questions are too few to tell")
-    cmp.add_argument("--require-calibrated-judge", action="store_true",
-                     help="refuse when a run's judge has no calibration against expert ratings")
-    cmp.set_defaults(run=_compare)
+    _add_compare(sub)
     exo = sub.add_parser("export", help="a run's results as a static page: no server, opens from file://")
     exo.add_argument("folder", help="the output folder of fabnb run (with compare.json if fabnb compare wrote one)")
     exo.add_argument("--html", required=True, metavar="OUT", help="the page's folder (index.html, data/, figures/)")
@@ -248,20 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("folder", help="the output folder of fabnb run")
     exp.add_argument("--port", type=int, help="port (default: a free one)")
     exp.set_defaults(run=_explore)
-    rate = sub.add_parser("rate", help="the rating app for experts (--serve), or each rater's progress")
-    rate.add_argument("--serve", action="store_true", help="serve the app (Voilà) on 127.0.0.1 and print its URL")
-    rate.add_argument("--qa", help="a folder of FAB-Bench-format QA files (default: the released 200 pairs)")
-    rate.add_argument("--ratings", default="ratings", help="the raters' files (default: %(default)s)")
-    rate.add_argument("--manifests", help="a folder of rater assignments (fabnb.qa.rating.write_manifests)")
-    rate.add_argument("--port", type=int, help="port (default: a free one)")
-    rate.add_argument("--host", default="127.0.0.1",
-                      help="address to serve on (default: %(default)s); any other address serves only with a "
-                           "personal token link per rater")
-    rate.add_argument("--raters", metavar="NAMES", help="comma-separated raters who get a link (default: the "
-                                                        "raters of --manifests)")
-    rate.add_argument("--url", help="the address raters open, when it is not http://HOST:PORT/ (a reverse proxy "
-                                    "with TLS, say): the links start with it")
-    rate.set_defaults(run=_rate)
+    _add_rate(sub)
     loc = sub.add_parser("serve-local", help="serve the embedded Gemma 3 270M on 127.0.0.1 (OpenAI-compatible)")
     loc.add_argument("--port", type=int, help="port (default: a free one)")
     loc.add_argument("--n-ctx", type=int, default=8192, help="context window in tokens (default: %(default)s)")

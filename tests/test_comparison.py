@@ -127,7 +127,7 @@ def test_runs_on_the_scripted_server_gate_refuse_and_map(tmp_path, monkeypatch, 
     assert -0.15 < data["primary"][0]["mean"] < -0.05
     assert "not calibrated against experts" in (worse / "compare.md").read_text()
     assert main(["compare", str(base), str(worse), "--require-calibrated-judge"]) == EXIT["usage"]
-    assert "judge_calibration" in capsys.readouterr().err
+    assert "calibration/calibration.json" in capsys.readouterr().err
 
     fewer = run_folder(tmp_path, "fewer", monkeypatch, scripted_judge(), sample=40)
     assert main(["compare", str(base), str(fewer)]) == EXIT["usage"]

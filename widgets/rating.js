@@ -118,15 +118,18 @@ function render({ model, el }) {
     }
     root.appendChild(nav);
     const scale = model.get("scale");
-    root.appendChild(h("div", "fabnb-help", "Keys: " + scale[0] + "-" + scale[scale.length - 1] + " rate the highlighted dimension · ↑/↓ choose a dimension · n/p next/previous · u next unrated"));
+    const ten = scale.includes(10) ? " (t for 10)" : "";
+    root.appendChild(h("div", "fabnb-help", "Keys: " + scale[0] + "-" + Math.min(9, scale[scale.length - 1]) + ten + " rate the highlighted dimension · ↑/↓ choose a dimension · n/p next/previous · u next unrated"));
   }
 
   root.addEventListener("keydown", (e) => {
     if (e.target instanceof HTMLTextAreaElement || e.target instanceof HTMLInputElement) return;
     const dims = model.get("dimensions");
     let handled = true;
-    if (/^[0-9]$/.test(e.key) && model.get("scale").includes(Number(e.key))) {
-      send({ action: "rate", dimension: dims[active].name, value: Number(e.key) });
+    // One key per score: 0-9, and t for 10 on the judge's 0-10 scale (experts scoring answers).
+    const value = e.key === "t" ? 10 : (/^[0-9]$/.test(e.key) ? Number(e.key) : null);
+    if (value !== null && model.get("scale").includes(value)) {
+      send({ action: "rate", dimension: dims[active].name, value: value });
       active = Math.min(active + 1, dims.length - 1);
     } else if (e.key === "n") { active = 0; send({ action: "next" }); }
     else if (e.key === "p") { active = 0; send({ action: "prev" }); }

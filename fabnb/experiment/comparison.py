@@ -413,6 +413,32 @@ def compare_scores(base: pd.DataFrame, candidate: pd.DataFrame, *, systems: dict
                       notices=notices)
 
 
+def _calibration_notices(base, candidate, required: bool) -> list[str]:
+    """What the comparison says of the runs' judges against experts (:mod:`fabnb.judge.calibration`); with
+    ``required``, a judge not calibrated, or calibrated and outside the gate, is refused."""
+    from ..judge.calibration import read_calibration
+
+    states = {name: read_calibration(folder) for name, folder in (("base", base), ("candidate", candidate))}
+    missing = [name for name, c in states.items() if c is None]
+    failing = [name for name, c in states.items() if c is not None and not c.get("usable_alone")]
+    if required and (missing or failing):
+        said = (f"the judge of the {' and the '.join(missing)} run has no calibration against expert ratings "
+                "(calibration/calibration.json)" if missing else
+                f"the judge of the {' and the '.join(failing)} run was calibrated and does not agree with the "
+                "experts well enough to be used alone (calibration/calibration.json's verdicts)")
+        raise ComparisonError(f"--require-calibrated-judge: {said}; calibrate it (fabnb rate --from RUN_DIR "
+                              "--sample N --raters A,B, then the experts' scores), or drop the flag to compare the "
+                              "judge's scores as they are.")
+    notices = []
+    if missing:
+        notices.append(f"the judge of the {' and the '.join(missing)} run is not calibrated against experts: "
+                       "these are differences in the judge's scores, which no expert rating has checked.")
+    if failing:
+        notices.append(f"the judge of the {' and the '.join(failing)} run was calibrated and is outside the gate "
+                       "(calibration/calibration.json): read its differences beside the experts' corrected means.")
+    return notices
+
+
 def compare_runs(base: str | Path, candidate: str | Path, *, systems: dict | None = None, allow=(),
                  metric: str = AVERAGE, margin: float = 0.02, ci: float = 0.95, pass_threshold: float | None = None,
                  require_calibrated_judge: bool = False) -> Comparison:
@@ -428,8 +454,9 @@ def compare_runs(base: str | Path, candidate: str | Path, *, systems: dict | Non
     allow : iterable of str
         Of :data:`ALLOWABLE`: pair runs that differ in their questions (the shared ones are paired) or their judge.
     require_calibrated_judge : bool
-        Refuse when either run's judge has no calibration against expert ratings recorded in its manifest
-        (``judge_calibration``); without it the comparison says so.
+        Refuse unless both runs' judges were calibrated against expert ratings and passed the gate
+        (``calibration/calibration.json``, :func:`fabnb.judge.calibration.calibrate`); without it the comparison says
+        so.
 
     Raises
     ------
@@ -478,14 +505,7 @@ def compare_runs(base: str | Path, candidate: str | Path, *, systems: dict | Non
     notices = [f"allowed: {what} differs ({b_} -> {c_}); the comparison pairs what both runs share."
                for what, b_, c_ in diffs[diffs["kind"].isin(list(allow))][["what", "base", "candidate"]]
                .itertuples(index=False)]
-    uncalibrated = [name for name, m in (("base", ma), ("candidate", mb)) if not m.get("judge_calibration")]
-    if uncalibrated:
-        if require_calibrated_judge:
-            raise ComparisonError(f"--require-calibrated-judge: the judge of the {' and the '.join(uncalibrated)} "
-                                  "run has no calibration against expert ratings (manifest.json has no "
-                                  "judge_calibration); drop the flag to compare the judge's scores as they are.")
-        notices.append(f"the judge of the {' and the '.join(uncalibrated)} run is not calibrated against experts: "
-                       "these are differences in the judge's scores, which no expert rating has checked.")
+    notices += _calibration_notices(base, candidate, require_calibrated_judge)
     comparison = compare_scores(a, b, systems=systems, metric=metric, margin=margin, ci=ci,
                                 pass_threshold=pass_threshold, differences=diffs)
     comparison.base, comparison.candidate = str(base), str(candidate)

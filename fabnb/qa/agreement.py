@@ -20,8 +20,12 @@ def rating_matrix(ratings: pd.DataFrame, dimension: str) -> pd.DataFrame:
     return r.pivot_table(index="rater", columns="item_id", values="score", aggfunc="last")
 
 
-def agreement(ratings: pd.DataFrame, n_boot: int = 1000, seed: int = 0, ci: float = 0.95) -> pd.DataFrame:
+def agreement(ratings: pd.DataFrame, n_boot: int = 1000, seed: int = 0, ci: float = 0.95, dimensions=None,
+              scale: tuple[int, int] = (1, 5)) -> pd.DataFrame:
     """Agreement per dimension with bootstrap confidence intervals (items resampled).
+
+    ``dimensions``: which to measure (default Appendix D's four); ``scale``: the scores' range, for the weighted
+    kappa (0-10 for experts' scores of answers, :mod:`fabnb.judge.calibration`).
 
     Returns
     -------
@@ -42,13 +46,13 @@ def agreement(ratings: pd.DataFrame, n_boot: int = 1000, seed: int = 0, ci: floa
     """
     rng = np.random.default_rng(seed)
     rows = []
-    for dim in DIMENSIONS:
+    for dim in (DIMENSIONS if dimensions is None else dimensions):
         m = rating_matrix(ratings, dim)
         if m.empty:
             continue
         stats = {"alpha_ordinal": lambda x: krippendorff_alpha(x), "ICC2": lambda x: icc(x, "ICC2")}
         if m.shape[0] == 2:
-            stats["kappa_quadratic"] = lambda x: weighted_kappa(x[0], x[1])
+            stats["kappa_quadratic"] = lambda x: weighted_kappa(x[0], x[1], scale=scale)
         data = m.to_numpy(dtype=float)
         for name, fn in stats.items():
             value = fn(data)

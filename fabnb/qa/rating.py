@@ -36,10 +36,10 @@ from ..core.files import MAX_FILE_BYTES, FileRefused, read_text
 from ..core.records import append_jsonl, read_jsonl, warn_cut
 from .access import MAX_RATER_NAME, rater_name_problem  # the one rule for names, kept there
 
-__all__ = ['ANCHORS', 'ANCHORS_SOURCE', 'BLIND_FIELDS', 'DIMENSIONS', 'MAX_COMMENT', 'MAX_RATER_NAME', 'RATING_COLUMNS',
-           'RATING_SCALE', 'RatingError', 'RatingSession', 'RatingStore', 'SCHEMES', 'VERDICT_DIMENSIONS', 'assign',
-           'manifest_path', 'overlap', 'rater_key', 'rating_items', 'read_rater_manifest', 'read_rating_file',
-           'write_manifests']
+__all__ = ['ANCHORS', 'ANSWER_DIMENSIONS', 'ANSWER_SCALE', 'ANCHORS_SOURCE', 'BLIND_FIELDS', 'DIMENSIONS',
+           'MAX_COMMENT', 'MAX_RATER_NAME', 'RATING_COLUMNS', 'RATING_SCALE', 'RatingError', 'RatingSession',
+           'RatingStore', 'SCHEMES', 'VERDICT_DIMENSIONS', 'assign', 'manifest_path', 'overlap', 'rater_key',
+           'rating_items', 'read_rater_manifest', 'read_rating_file', 'write_manifests']
 
 #: Appendix D's four dimensions and their one-line definitions (1-5 scale).
 DIMENSIONS: dict[str, str] = {
@@ -66,9 +66,21 @@ VERDICT_DIMENSIONS: dict[str, str] = {
     "failed": "1 if the answer fails the test (wrong, unfaithful, incomplete, or answers what it should refuse); "
               "0 if it passes.",
 }
+#: An expert's score of a judged answer (the judge-calibration loop, :mod:`fabnb.judge.calibration`): FAB-Bench's six
+#: metrics on the judge's own 0-10 scale; the item shows the rubric bands of each metric for its question's type.
+ANSWER_DIMENSIONS: dict[str, str] = {
+    "factuality": "Are the answer's claims correct, against the reference answer and the context?",
+    "depth": "How much analysis and technical detail does it show?",
+    "completeness": "Does it address every key aspect of the question?",
+    "relevance": "Does it answer this question, without wandering off?",
+    "context_utilization": "How well does it use the context the system saw?",
+    "support_quality": "Are its claims supported by evidence and reasoning?",
+}
+ANSWER_SCALE = (0, 10)
 #: What each kind of record rates: its dimensions and their scale (inclusive).
 SCHEMES: dict[str, tuple[dict, tuple[int, int]]] = {"rating": (DIMENSIONS, RATING_SCALE),
-                                                     "verdict": (VERDICT_DIMENSIONS, (0, 1))}
+                                                     "verdict": (VERDICT_DIMENSIONS, (0, 1)),
+                                                     "answer": (ANSWER_DIMENSIONS, ANSWER_SCALE)}
 #: Fields hidden from a rater in blind mode.
 BLIND_FIELDS = ("generation_metadata", "group", "condition", "model", "config", "source_chapter")
 RATING_COLUMNS = ["rater", "item_id", "dimension", "score", "comment", "ts"]
@@ -330,9 +342,11 @@ class RatingSession:
         The order the rater sees is a seeded shuffle: the same rater and seed, the same order.
     blind : bool
         Hide :data:`BLIND_FIELDS` (generation metadata, condition labels).
-    kind : {"rating", "verdict"}
-        What is rated (:data:`SCHEMES`): QA pairs on Appendix D's dimensions, or oracle
-        verdicts with one binary label.
+    kind : {"rating", "verdict", "answer"}
+        What is rated (:data:`SCHEMES`): QA pairs on Appendix D's dimensions, oracle verdicts with one binary
+        label, or judged answers on the six metrics (0-10).
+    dimensions : sequence of str, optional
+        Only these of the kind's dimensions (a calibration study rates the metrics its lead chose).
     manifest : path or dict, optional
         This rater's assignment (:func:`write_manifests`): only its items are shown. Its
         rater must be ``rater``.
@@ -345,6 +359,7 @@ class RatingSession:
     blind: bool = True
     kind: str = "rating"
     manifest: str | Path | dict | None = None
+    dimensions: tuple | None = None
 
     def __post_init__(self):
         if self.manifest is not None:
@@ -357,7 +372,14 @@ class RatingSession:
             self.items = self.items[self.items["item_id"].isin(set(m["items"]))].reset_index(drop=True)
         if self.kind not in SCHEMES:
             raise RatingError(f"kind must be one of {list(SCHEMES)}, not {self.kind!r}.")
+        chosen = self.dimensions
         self.dimensions, self.scale = SCHEMES[self.kind]
+        if chosen:
+            unknown = sorted(set(chosen) - set(self.dimensions))
+            if unknown:
+                raise RatingError(f"dimensions {unknown} are not of kind {self.kind!r}; choose from "
+                                  f"{list(self.dimensions)}.")
+            self.dimensions = {d: self.dimensions[d] for d in self.dimensions if d in set(chosen)}
         if "item_id" not in self.items.columns:
             raise RatingError("items need an 'item_id' column (e.g. items.rename(columns={'test_id': 'item_id'})).")
         dup = self.items["item_id"][self.items["item_id"].duplicated()]
@@ -399,6 +421,10 @@ class RatingSession:
         """
         if item_id not in self._positions:
             raise RatingError(f"{item_id!r} is not an item of this session.")
+        unknown = sorted(set(scores) - set(self.dimensions))
+        if unknown:
+            raise RatingError(f"{item_id}: unknown dimension(s) {unknown} in this session; rate "
+                              f"{list(self.dimensions)}. Nothing was saved.")
         record = self.store.add(self.rater, item_id, scores, comment, kind=self.kind)
         old_scores, old_comment = self._latest.get(item_id, ({}, ""))
         self._latest[item_id] = ({**old_scores, **record["scores"]}, record.get("comment", old_comment))

@@ -53,6 +53,23 @@ class RatingApp:
     problems: pd.DataFrame | None = None
     seed: int = 0
     blind: bool = True
+    kind: str = "rating"
+    dimensions: tuple | None = None
+
+    @classmethod
+    def from_study(cls, run: str | Path, **kwargs) -> "RatingApp":
+        """The app over a judge-calibration study of a run folder (``calibration/``, written by
+        :func:`fabnb.judge.calibration.write_study`): experts score the sampled answers on its metrics (0-10)."""
+        import json
+
+        study = Path(run) / "calibration"
+        if not (study / "items.json").exists():
+            raise RatingError(f"{run} has no calibration study ({study / 'items.json'} is missing); draw one first: "
+                              f"fabnb rate --from {run} --sample N --raters A,B.")
+        items = pd.read_json(study / "items.json", orient="records", dtype=False)
+        settings = json.loads((study / "settings.json").read_text(encoding="utf-8"))
+        return cls(items, RatingStore(study / "ratings"), study / "manifests", kind="answer",
+                   dimensions=tuple(settings["metrics"]), **kwargs)
 
     @classmethod
     def from_folders(cls, qa: str | Path | None = None, ratings: str | Path = "ratings",
@@ -83,7 +100,8 @@ class RatingApp:
         rows = []
         for rater in sorted(set(self.store.raters()) | assigned):
             manifest = manifest_path(self.manifests, rater) if rater in assigned else None
-            done, total = RatingSession(self.items, rater, self.store, seed=self.seed, manifest=manifest).progress()
+            done, total = RatingSession(self.items, rater, self.store, seed=self.seed, manifest=manifest,
+                                        kind=self.kind, dimensions=self.dimensions).progress()
             rows.append({"rater": rater, "rated": done, "items": total})
         return pd.DataFrame(rows, columns=["rater", "rated", "items"])
 
@@ -102,7 +120,8 @@ class RatingApp:
                 raise RatingError(f"no assignment for {rater!r} in {self.manifests}; raters with one: "
                                   f"{', '.join(known) or 'none'}. Check the spelling, or ask the study lead.")
             manifest = path
-        return RatingSession(self.items, rater, self.store, seed=self.seed, blind=self.blind, manifest=manifest)
+        return RatingSession(self.items, rater, self.store, seed=self.seed, blind=self.blind, manifest=manifest,
+                             kind=self.kind, dimensions=self.dimensions)
 
 
 #: The whole of the rating app's notebook: one cell, which Voilà runs and shows without its code.
@@ -119,7 +138,7 @@ def app_notebook(path: str | Path) -> Path:
 
 def serve_app(qa: str | Path | None = None, ratings: str | Path = "ratings", manifests: str | Path | None = None,
               port: int | None = None, echo=print, timeout: float = 60.0, host: str = "127.0.0.1",
-              raters=None, url: str | None = None) -> int:
+              raters=None, url: str | None = None, study: str | Path | None = None) -> int:
     """Serve the rating app with Voilà until interrupted (``fabnb rate --serve``).
 
     The folders are checked here first, so a wrong one is said in the terminal, not on the
@@ -148,6 +167,9 @@ def serve_app(qa: str | Path | None = None, ratings: str | Path = "ratings", man
         127.0.0.1 (a reverse proxy in front), they turn the token check on there too.
     url : str, optional
         Where raters reach the app, when it is not ``http://host:port/`` (behind a reverse proxy with TLS).
+    study : path, optional
+        A run folder with a judge-calibration study (``fabnb rate --serve --from RUN_DIR``): the experts score its
+        sampled answers; ``qa``, ``ratings`` and ``manifests`` are the study's own.
 
     Returns
     -------
@@ -160,10 +182,17 @@ def serve_app(qa: str | Path | None = None, ratings: str | Path = "ratings", man
     from ..core.process import free_port
     from .access import ACCESS_ENV, issue_links, read_links
 
-    app = RatingApp.from_folders(qa, ratings, manifests)  # a bad folder fails here, with its name
+    if study is not None:
+        app = RatingApp.from_study(study)  # a folder without a study fails here, with its name
+        ratings, manifests = app.store.folder, app.manifests
+    else:
+        app = RatingApp.from_folders(qa, ratings, manifests)  # a bad folder fails here, with its name
     port = port or free_port(host)
-    env = {k: v for k, v in os.environ.items() if k not in ("FABNB_QA_DIR", "FABNB_MANIFESTS_DIR", ACCESS_ENV)}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FABNB_QA_DIR", "FABNB_MANIFESTS_DIR", "FABNB_STUDY_DIR", ACCESS_ENV)}
     env["FABNB_RATINGS_DIR"] = str(Path(ratings).resolve())
+    if study is not None:
+        env["FABNB_STUDY_DIR"] = str(Path(study).resolve())
     if qa:
         env["FABNB_QA_DIR"] = str(Path(qa).resolve())
     if manifests:

@@ -120,7 +120,12 @@ class RatingPanel(_View):
                           ("Expected answer", "expected_answer", "fabnb-answer"),
                           ("Ground-truth evidence", "evidence", "fabnb-passage"),
                           ("Passages the system retrieved", "retrieved", "fabnb-passage"),
-                          ("Answer to judge", "answer", "fabnb-judged")]}
+                          ("Answer to judge", "answer", "fabnb-judged")],
+              "answer": [("Question", "question", "fabnb-question"),
+                         ("Reference answer", "ground_truth_answer", "fabnb-answer"),
+                         ("The context the system was given", "context", "fabnb-passage"),
+                         ("The answer to score", "answer", "fabnb-judged"),
+                         ("Rubric (FAB-Bench Appendix E; score each metric 0-10)", "rubric", "fabnb-rubric")]}
 
     rater = traitlets.Unicode("").tag(sync=True)
     fields = traitlets.List().tag(sync=True)
@@ -294,8 +299,10 @@ def rating_app(qa: str | Path | None = None, ratings: str | Path | None = None,
     qa = qa or os.environ.get("FABNB_QA_DIR") or None
     ratings = ratings or os.environ.get("FABNB_RATINGS_DIR") or "ratings"
     manifests = manifests or os.environ.get("FABNB_MANIFESTS_DIR") or None
+    study = os.environ.get("FABNB_STUDY_DIR") or None  # fabnb rate --serve --from RUN_DIR: judged answers to score
     try:
-        view = RatingAppView(RatingApp.from_folders(qa, ratings, manifests))
+        app = RatingApp.from_study(study) if study else RatingApp.from_folders(qa, ratings, manifests)
+        view = RatingAppView(app)
         if os.environ.get(ACCESS_ENV):
             # Served beyond loopback: the server let this page through for a valid token; the kernel checks it
             # again (it sees only the query string) and opens that rater's panel, with no name prompt.
