@@ -185,3 +185,33 @@ def test_fabnb_rate_from_draws_the_study_and_compare_reads_its_calibration(tmp_p
     assert _calibration_notices(run, run, False) == [
         "the judge of the base and the candidate run was calibrated and is outside the gate "
         "(calibration/calibration.json): read its differences beside the experts' corrected means."]
+
+
+@pytest.mark.browser
+def test_an_expert_scores_answers_in_the_served_app_in_a_real_browser(tmp_path):
+    """``fabnb rate --serve --from RUN_DIR``: the name, then the answers, scored 10 (key t) and 7; hostile
+    question text stays text; the scores are on disk as kind "answer"."""
+    from playwright.sync_api import sync_playwright
+
+    from test_browser import HOSTILE, _chromium, _fabnb_rate_serve, _rate_in_app
+
+    run = tmp_path / "run"
+    truth = biased_run(run, questions=6)
+    from fabnb.core.records import ResultsStore
+    from fabnb.judge import score_store
+
+    questions = questions_of(truth).assign(question=lambda f: HOSTILE + f["question"])
+    scores = score_store(run / "scores.jsonl").frame()
+    sample = draw_sample(scores, 4, seed=2, questions=questions)
+    items = answer_items(ResultsStore(run / "answers.jsonl").frame(), questions, sample, ["depth"])
+    write_study(run, sample, items, ["ana", "ben"], ["depth"], population=judged_cells(scores, questions))
+    with _fabnb_rate_serve(tmp_path, "--from", str(run)) as line:
+        url = line.split("Rating app: ", 1)[1].split()[0]
+        with sync_playwright() as pw:
+            browser = _chromium(pw)
+            try:
+                rated = _rate_in_app(browser.new_page(), url, "ana", ["t", "7"])
+            finally:
+                browser.close()
+    stored = RatingStore(run / "calibration" / "ratings").ratings(kind="answer").set_index("item_id")["score"]
+    assert stored.to_dict() == {rated[0]: 10, rated[1]: 7}
