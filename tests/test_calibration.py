@@ -108,6 +108,12 @@ def test_the_loop_shows_a_known_bias_and_the_corrected_mean_covers_the_truth_whe
     assert corrected["n_cells"] == 240 and corrected["n_rated"] == 60
     assert result["usable_alone"] is False and "bias interval" in result["verdicts"]["depth"]["why"]
     assert read_calibration(run)["usable_alone"] is False
+    md = (run / "calibration" / "calibration.md").read_text()
+    assert "- **depth**: not to be used alone (the bias interval" in md and "Prediction-powered means" in md
+    from fabnb.views.page import export_page
+
+    page = export_page(run, tmp_path / "page", questions=questions_of(truth))
+    assert '"usable_alone": false' in (page.parent / "data" / "summary.js").read_text()
 
 
 def test_bad_scores_a_second_score_a_rater_who_leaves_and_a_run_that_grew(tmp_path):

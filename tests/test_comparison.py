@@ -126,6 +126,7 @@ def test_runs_on_the_scripted_server_gate_refuse_and_map(tmp_path, monkeypatch, 
     assert data["verdict"] == "regression" and data["primary"][0]["n"] == 50
     assert -0.15 < data["primary"][0]["mean"] < -0.05
     assert "not calibrated against experts" in (worse / "compare.md").read_text()
+    assert "## The judge against experts\n\nNot calibrated:" in (worse / "summary.md").read_text()
     assert main(["compare", str(base), str(worse), "--require-calibrated-judge"]) == EXIT["usage"]
     assert "calibration/calibration.json" in capsys.readouterr().err
 

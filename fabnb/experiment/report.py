@@ -267,6 +267,16 @@ def _flag_section(scores: pd.DataFrame) -> list[str]:
             ""]
 
 
+def _calibration_section(out: Path) -> list[str]:
+    """The judge against experts (:mod:`fabnb.judge.calibration`): its calibration, or that there is none."""
+    from ..judge.calibration import CalibrationError, markdown, read_calibration
+
+    try:
+        return markdown(read_calibration(out), out)
+    except CalibrationError as exc:
+        return ["## The judge against experts", "", str(exc), ""]
+
+
 def _gap_section(exp: Experiment, per_question: pd.DataFrame) -> list[str]:
     """Mode B - mode A per system and window (where both modes ran)."""
     from ..analysis.intervals import mode_gap
@@ -342,6 +352,7 @@ def write_report(exp: Experiment, questions: pd.DataFrame | None = None, held: t
                   clean.pivot_table(index=["system", "context_k", "mode"], columns="metric", values="shown",
                                     aggfunc="first").reset_index().to_markdown(index=False), ""]
     lines += _flag_section(scores)
+    lines += _calibration_section(out)
     per_question = scores_by_question(scores)  # one frame for the B - A table and report/
     lines += _gap_section(exp, per_question)
     note = _analyses(exp, out, per_question)

@@ -33,7 +33,8 @@ from ..core.errors import FabnbError
 from ..core.schema import RESULT_KEYS
 
 __all__ = ["CALIBRATION_DIR", "GATE", "CalibrationError", "answer_items", "calibrate", "cell_item_id", "draw_sample",
-           "judge_agreement", "judged_cells", "corrected_means", "read_calibration", "write_study"]
+           "judge_agreement", "judged_cells", "corrected_means", "markdown", "read_calibration",
+           "write_study"]
 
 #: The folder of a run that holds its calibration study.
 CALIBRATION_DIR = "calibration"
@@ -335,6 +336,32 @@ def _gate(agree: pd.DataFrame, metrics, gate: dict) -> dict:
     return out
 
 
+def markdown(result: dict | None, run: str | Path = "RUN_DIR") -> list[str]:
+    """The summary's section on the judge against experts: the gate's verdict per metric, the agreement and the
+    corrected means as tables; or, without a calibration, that there is none and how to make one."""
+    title = "## The judge against experts"
+    if result is None:
+        return [title, "", "Not calibrated: no expert has checked this judge's scores, so every score above is the "
+                f"judge's alone. Draw answers for experts to score: `fabnb rate --from {run} --sample 60 --raters "
+                "A,B` (the loop: docs/experiment.md, \"The judge against experts\").", ""]
+    gate = result["gate"]
+    lines = [title, "", f"{result['n_rated']} of {result['n_sample']} sampled answers scored by "
+             f"{', '.join(result['raters'])} ({result['design']} sample). The gate: Spearman's interval at or above "
+             f"{gate['min_spearman']} and the bias interval inside ±{gate['max_abs_bias']}.", ""]
+    lines += [f"- **{m}**: {'the judge may be used alone' if v['usable_alone'] else 'not to be used alone'} "
+              f"({v['why']})." for m, v in result["verdicts"].items()]
+    agree = pd.DataFrame(result["agreement"])
+    if len(agree):
+        lines += ["", agree.round(3).to_markdown(index=False)]
+    if result.get("corrected_means"):
+        lines += ["", "Prediction-powered means beside the judge's own (95% intervals):", "",
+                  pd.DataFrame(result["corrected_means"]).round(3).to_markdown(index=False)]
+    if result.get("cells_judged_after_the_draw"):
+        lines += ["", f"{result['cells_judged_after_the_draw']} cells judged after the draw are not in the corrected "
+                  "means (draw a new sample to cover them)."]
+    return lines + [""]
+
+
 def read_calibration(folder: str | Path) -> dict | None:
     """A run's ``calibration/calibration.json`` (None when the judge has not been calibrated)."""
     path = Path(folder) / CALIBRATION_DIR / "calibration.json"
@@ -398,10 +425,26 @@ def calibrate(folder: str | Path, *, gate: dict | None = None, n_boot: int = 100
               "cells_judged_after_the_draw": int(judged["item_id"].nunique() - everything["item_id"].nunique()),
               "agreement": json.loads(agree.to_json(orient="records")),
               "corrected_means": None if corrected is None else json.loads(corrected.to_json(orient="records"))}
-    tmp = study / "calibration.json.tmp"
-    tmp.write_text(json.dumps(result, indent=1, allow_nan=False, default=str), encoding="utf-8")
-    tmp.replace(study / "calibration.json")
+    result = _strict(result)
+    for name, text in (("calibration.json", json.dumps(result, indent=1, allow_nan=False)),
+                       ("calibration.md", "\n".join(markdown(result, folder)))):
+        tmp = study / f"{name}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(study / name)
     return result
+
+
+def _strict(value):
+    """``value`` as strict JSON holds it: NaN and infinities as None, numpy numbers as Python ones."""
+    if isinstance(value, dict):
+        return {str(k): _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    if isinstance(value, (np.integer, np.floating, np.bool_)):
+        value = value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
 
 
 def _judged_by_item(scores: pd.DataFrame) -> pd.DataFrame:

@@ -70,6 +70,8 @@ def _caveats(folder: Path) -> list[str]:
 
 
 def _summary(folder: Path, manifest: dict, figures: list[str]) -> dict:
+    from ..judge.calibration import read_calibration
+
     coverage = pd.read_csv(folder / "coverage.csv") if (folder / "coverage.csv").exists() else pd.DataFrame()
     keep = [c for c in ("system", "context_k", "mode", "metric", "score", "ci_low", "ci_high", "n", "planned",
                         "shown") if c in coverage.columns]
@@ -80,7 +82,8 @@ def _summary(folder: Path, manifest: dict, figures: list[str]) -> dict:
             "statistics": manifest.get("statistics", {}).get("interval"),
             "means": [{k: _plain(v) for k, v in r.items()} for r in coverage[keep].to_dict("records")],
             "caveats": _caveats(folder), "figures": figures,
-            "comparison": json.loads(compare.read_text(encoding="utf-8")) if compare.exists() else None}
+            "comparison": json.loads(compare.read_text(encoding="utf-8")) if compare.exists() else None,
+            "calibration": read_calibration(folder)}
 
 
 def _details(explorer, cells: pd.DataFrame) -> list[dict]:
