@@ -33,9 +33,10 @@ from fabnb.views.widgets import RatingPanel
 KEYS = ["system", "model", "context_k", "mode", "test_id"]
 
 
-def biased_run(folder: Path, seed: int = 0, questions: int = 40, bias: int = 2) -> pd.DataFrame:
+def biased_run(folder: Path, seed: int = 0, questions: int = 40, bias: int = 2, verbose: bool = False) -> pd.DataFrame:
     """A run folder of 3 systems x 2 windows x ``questions`` cells judged on depth by a judge ``bias`` points
-    (of 10) above the truth; returns the truth per cell (its keys, t)."""
+    (of 10) above the truth (``verbose``: answers of 0-59 extra words, and 3 more points for the longer half);
+    returns the truth per cell (its keys, t)."""
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True)
     truth = []
@@ -45,8 +46,9 @@ def biased_run(folder: Path, seed: int = 0, questions: int = 40, bias: int = 2) 
                 for i in range(questions):
                     key = {"system": system, "model": "m", "context_k": k, "mode": "A", "test_id": f"Q{i:03d}"}
                     t = int(rng.integers(2, 9))
-                    raw = int(np.clip(t + bias + rng.integers(-1, 2), 0, 10))
-                    a.write(json.dumps({**key, "status": "ok", "answer": f"An answer of quality {t}.",
+                    extra = int(rng.integers(0, 60)) if verbose else 0
+                    raw = int(np.clip(t + bias + rng.integers(-1, 2) + (3 if extra >= 30 else 0), 0, 10))
+                    a.write(json.dumps({**key, "status": "ok", "answer": f"An answer of quality {t}." + " more" * extra,
                                         "sources": [{"doc_id": "D1", "text": "A passage."}]}) + "\n")
                     s.write(json.dumps({**key, "metric": "depth", "replicate": 0, "status": "ok",
                                         "score": raw / 10, "raw_score": raw, "reason": "Scripted."}) + "\n")
@@ -221,3 +223,13 @@ def test_an_expert_scores_answers_in_the_served_app_in_a_real_browser(tmp_path):
                 browser.close()
     stored = RatingStore(run / "calibration" / "ratings").ratings(kind="answer").set_index("item_id")["score"]
     assert stored.to_dict() == {rated[0]: 10, rated[1]: 7}
+
+
+def test_verbosity_shows_a_judge_that_favours_long_answers_beside_experts_who_do_not(tmp_path):
+    run = tmp_path / "run"
+    truth = biased_run(run, questions=30, verbose=True, bias=0)
+    study(run, truth, 80)
+    rate_as_experts(run, truth)
+    v = pd.DataFrame(calibrate(run, n_boot=50)["verbosity"]).set_index("scorer")
+    assert v.at["judge", "ci_low"] > 0.3 and v.at["experts", "ci_low"] < 0 < v.at["experts", "ci_high"]
+    assert v.at["judge", "n_items"] == 80

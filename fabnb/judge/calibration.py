@@ -34,7 +34,7 @@ from ..core.schema import RESULT_KEYS
 
 __all__ = ["CALIBRATION_DIR", "GATE", "CalibrationError", "answer_items", "calibrate", "cell_item_id", "draw_sample",
            "judge_agreement", "judged_cells", "corrected_means", "markdown", "read_calibration",
-           "write_study"]
+           "verbosity", "write_study"]
 
 #: The folder of a run that holds its calibration study.
 CALIBRATION_DIR = "calibration"
@@ -315,6 +315,51 @@ def corrected_means(judged_all: pd.DataFrame, judged_sample: pd.DataFrame, ratin
                                        "ci_high", "n_cells", "n_rated"])
 
 
+def verbosity(judged: pd.DataFrame, ratings: pd.DataFrame, lengths: pd.Series, metrics,
+              ci: float = 0.95) -> pd.DataFrame:
+    """Does the judge favour long answers more than the experts do? Per metric, Spearman's rho of the judge's score
+    against the answer's length in words beside the experts' consensus against the same lengths, on the rated
+    answers, each with a Fisher-z interval (Zheng et al. 2023 name verbosity among LLM judges' biases).
+
+    Parameters
+    ----------
+    lengths : Series
+        item_id -> words in the answer.
+
+    Returns
+    -------
+    DataFrame
+        metric, scorer (``judge`` or ``experts``), rho, ci_low, ci_high, n_items.
+
+    Examples
+    --------
+    >>> judged = pd.DataFrame({"item_id": list("abcdef"), "metric": "depth", "score": [.2, .3, .5, .6, .8, .9]})
+    >>> ratings = pd.DataFrame({"rater": "ana", "item_id": list("abcdef"), "dimension": "depth",
+    ...                         "score": [5, 3, 6, 4, 5, 4]})
+    >>> v = verbosity(judged, ratings, pd.Series([10, 20, 30, 40, 50, 60], index=list("abcdef")), ["depth"])
+    >>> v[["scorer", "rho"]].round(2).values.tolist()
+    [['judge', 1.0], ['experts', -0.09]]
+    """
+    from scipy.stats import spearmanr
+
+    from ..core.stats import fisher_z_interval
+
+    experts = _expert_frame(ratings, metrics)
+    rows = []
+    for metric in metrics:
+        consensus = experts[experts["metric"] == metric].groupby("item_id")["score"].mean()
+        judge = judged[judged["metric"] == metric].set_index("item_id")["score"]
+        items = consensus.index.intersection(judge.index).intersection(lengths.index)
+        for scorer, values in (("judge", judge), ("experts", consensus)):
+            x, y = lengths[items].astype(float), values[items].astype(float)
+            rho = float(spearmanr(x, y).statistic) if len(items) > 2 and x.nunique() > 1 and y.nunique() > 1 \
+                else float("nan")
+            lo, hi = fisher_z_interval(rho, len(items), ci)
+            rows.append({"metric": metric, "scorer": scorer, "rho": rho, "ci_low": lo, "ci_high": hi,
+                         "n_items": len(items)})
+    return pd.DataFrame(rows, columns=["metric", "scorer", "rho", "ci_low", "ci_high", "n_items"])
+
+
 def _gate(agree: pd.DataFrame, metrics, gate: dict) -> dict:
     """Per metric, whether the judge may be used alone, and why."""
     out = {}
@@ -353,6 +398,10 @@ def markdown(result: dict | None, run: str | Path = "RUN_DIR") -> list[str]:
     agree = pd.DataFrame(result["agreement"])
     if len(agree):
         lines += ["", agree.round(3).to_markdown(index=False)]
+    if result.get("verbosity"):
+        lines += ["", "Verbosity: Spearman's rho of each score against the answer's length in words (a judge that "
+                  "favours long answers more than the experts do shows a higher rho):", "",
+                  pd.DataFrame(result["verbosity"]).round(3).to_markdown(index=False)]
     if result.get("corrected_means"):
         lines += ["", "Prediction-powered means beside the judge's own (95% intervals):", "",
                   pd.DataFrame(result["corrected_means"]).round(3).to_markdown(index=False)]
@@ -419,11 +468,13 @@ def calibrate(folder: str | Path, *, gate: dict | None = None, n_boot: int = 100
     corrected = (corrected_means(everything, in_sample, ratings, metrics, settings["design"], ci)
                  if settings["design"] == "uniform" else None)
     verdicts = _gate(agree, metrics, gate)
+    lengths = _answer_lengths(folder, set(sample["item_id"]))
     result = {"metrics": metrics, "design": settings["design"], "n_sample": len(sample),
               "n_rated": int(ratings["item_id"].nunique()), "raters": sorted(ratings["rater"].unique()),
               "gate": gate, "verdicts": verdicts, "usable_alone": all(v["usable_alone"] for v in verdicts.values()),
               "cells_judged_after_the_draw": int(judged["item_id"].nunique() - everything["item_id"].nunique()),
               "agreement": json.loads(agree.to_json(orient="records")),
+              "verbosity": json.loads(verbosity(in_sample, ratings, lengths, metrics, ci).to_json(orient="records")),
               "corrected_means": None if corrected is None else json.loads(corrected.to_json(orient="records"))}
     result = _strict(result)
     for name, text in (("calibration.json", json.dumps(result, indent=1, allow_nan=False)),
@@ -432,6 +483,20 @@ def calibrate(folder: str | Path, *, gate: dict | None = None, n_boot: int = 100
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(study / name)
     return result
+
+
+def _answer_lengths(folder: Path, items: set) -> pd.Series:
+    """item_id -> words of the sampled cells' answers (the answer store's own count where it kept one)."""
+    from ..core.records import ResultsStore
+
+    answers = ResultsStore(folder / "answers.jsonl").frame()
+    if not len(answers):
+        return pd.Series(dtype=float)
+    answers = answers.assign(context_k=answers["context_k"].astype(float))
+    answers["item_id"] = [cell_item_id(k) for k in answers[list(RESULT_KEYS)].itertuples(index=False, name=None)]
+    answers = answers[answers["item_id"].isin(items)].drop_duplicates("item_id", keep="last")
+    words = answers["answer"].fillna("").astype(str).str.split().str.len()
+    return pd.Series(words.to_numpy(float), index=answers["item_id"])
 
 
 def _strict(value):
