@@ -152,34 +152,23 @@ def _calibration(run, app) -> int:
 def _draw_study(args: argparse.Namespace, raters) -> int:
     """``fabnb rate --from RUN_DIR --sample N --raters A,B``: draw a calibration sample of the run's judged answers
     and write the study (items, assignments) into its folder."""
-    from .judge.calibration import CalibrationError, answer_items, draw_sample, judged_cells, write_study
+    from .core.errors import FabnbError
+    from .judge.calibration import draw_study
     from .views.explorer import Explorer
 
     if not args.study_run:
         print("fabnb rate --sample: name the run to sample with --from RUN_DIR.", file=sys.stderr)
         return EXIT["usage"]
-    if not raters or len(raters) < 2:
-        print("fabnb rate --sample: name two or more raters (--raters ana,ben): agreement needs an overlap.",
-              file=sys.stderr)
-        return EXIT["usage"]
-    explorer = Explorer.from_folder(args.study_run)
-    metrics = [m.strip() for m in (args.metrics or ",".join(explorer.metrics)).split(",") if m.strip()]
-    unknown = sorted(set(metrics) - set(explorer.metrics))
-    if unknown:
-        print(f"fabnb rate --metrics: {unknown} were not judged in {args.study_run}; judged: "
-              f"{', '.join(explorer.metrics)}.", file=sys.stderr)
-        return EXIT["usage"]
-    questions = explorer.questions.reset_index(drop=True)
+    metrics = [m.strip() for m in (args.metrics or "").split(",") if m.strip()] or None
     try:
-        sample = draw_sample(explorer.scores, args.sample, seed=args.seed, design=args.design, questions=questions)
-        items = answer_items(explorer.answers, questions, sample, metrics)
-        study = write_study(args.study_run, sample, items, raters, metrics, per_item=args.per_item, seed=args.seed,
-                            population=judged_cells(explorer.scores, questions))
-    except CalibrationError as exc:
+        questions = Explorer.from_folder(args.study_run).questions
+        study = draw_study(args.study_run, args.sample, raters, questions, metrics=metrics, design=args.design,
+                           per_item=args.per_item, seed=args.seed)
+    except (FabnbError, FileNotFoundError) as exc:
         print(f"fabnb rate: {exc}", file=sys.stderr)
         return EXIT["usage"]
-    print(f"drew {len(sample)} of the run's judged answers ({args.design}, seed {args.seed}) for {', '.join(raters)} "
-          f"on {', '.join(metrics)}; wrote {study}")
+    print(f"drew {args.sample} of the run's judged answers ({args.design}, seed {args.seed}) for "
+          f"{', '.join(raters)}; wrote {study}")
     print(f"serve the app with: fabnb rate --serve --from {args.study_run}")
     return EXIT["ok"]
 

@@ -176,7 +176,7 @@ def test_fabnb_rate_from_draws_the_study_and_compare_reads_its_calibration(tmp_p
     assert main(["rate", "--from", str(run), "--sample", "12", "--raters", "ana"]) == EXIT["usage"]
     assert "two or more raters" in capsys.readouterr().err
     assert main(["rate", "--from", str(run), "--sample", "12", "--raters", "ana,ben", "--metrics", "nope"]) == 2
-    assert "['nope'] were not judged" in capsys.readouterr().err
+    assert "metrics ['nope'] were not judged" in capsys.readouterr().err
     assert main(["rate", "--from", str(run), "--sample", "12", "--raters", "ana,ben"]) == 0
     assert "drew 12 of the run's judged answers" in capsys.readouterr().out
     assert len(pd.read_csv(run / "calibration" / "sample.csv")) == 12

@@ -228,7 +228,8 @@ def _names_used() -> set[str]:
 #: or a schema its server cannot compile in one short call: the notebook named runs each end to end in the suite.
 EXAMPLE_IN_NOTEBOOK = {"fabnb.qa.generation.generate_qa": "03_generate_qa", "fabnb.judge.geval.judge_results":
                        "07_judge_answers", "fabnb.qa.documents.write_documents": "08_test_rag",
-                       "fabnb.tester.study.run_study": "08_test_rag"}
+                       "fabnb.tester.study.run_study": "08_test_rag",
+                       "fabnb.judge.calibration.draw_study": "13_calibrate_judge"}
 
 
 def _object_of(use: str):

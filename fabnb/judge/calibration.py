@@ -32,9 +32,9 @@ import pandas as pd
 from ..core.errors import FabnbError
 from ..core.schema import RESULT_KEYS
 
-__all__ = ["CALIBRATION_DIR", "GATE", "CalibrationError", "answer_items", "calibrate", "cell_item_id", "draw_sample",
-           "judge_agreement", "judged_cells", "corrected_means", "markdown", "read_calibration",
-           "verbosity", "write_study"]
+__all__ = ["CALIBRATION_DIR", "CalibrationError", "GATE", "answer_items", "calibrate", "cell_item_id",
+           "corrected_means", "draw_sample", "draw_study", "judge_agreement", "judged_cells", "markdown", "rated",
+           "read_calibration", "verbosity", "write_study"]
 
 #: The folder of a run that holds its calibration study.
 CALIBRATION_DIR = "calibration"
@@ -222,6 +222,54 @@ def write_study(folder: str | Path, sample: pd.DataFrame, items: pd.DataFrame, r
     return study
 
 
+def draw_study(run: str | Path, n: int, raters, questions: pd.DataFrame, *, metrics=None, design: str = "uniform",
+               per_item: int = 2, seed: int = 0) -> Path:
+    """Draw a calibration study of a run folder and write it (``fabnb rate --from RUN_DIR --sample N``):
+    :func:`draw_sample`, :func:`answer_items` and :func:`write_study` in one call.
+
+    Parameters
+    ----------
+    questions : DataFrame
+        The run's questions (test_id, question, ground_truth_answer, test_type, question_format):
+        ``Experiment.questions()``, or ``Explorer.from_folder(run).questions``.
+    metrics : list of str, optional
+        The metrics experts score (default: every metric the run judged).
+
+    Returns the study's folder, ``RUN/calibration``.
+    """
+    from ..core.records import ResultsStore
+    from .geval import score_store
+
+    run = Path(run)
+    scores = score_store(run / "scores.jsonl").frame()
+    judged = sorted(set(scores.loc[scores["status"] == "ok", "metric"])) if len(scores) else []
+    metrics = list(metrics) if metrics else judged
+    unknown = sorted(set(metrics) - set(judged))
+    if unknown:
+        raise CalibrationError(f"metrics {unknown} were not judged in {run}; judged: {', '.join(judged) or 'none'}.")
+    raters = list(raters or [])
+    if len(raters) < 2:
+        raise CalibrationError(f"name two or more raters (got {raters}): agreement needs answers two raters score.")
+    questions = questions.reset_index(drop=True)
+    sample = draw_sample(scores, n, seed=seed, design=design, questions=questions)
+    items = answer_items(ResultsStore(run / "answers.jsonl").frame(), questions, sample, metrics)
+    return write_study(run, sample, items, raters, metrics, per_item=per_item, seed=seed,
+                       population=judged_cells(scores, questions))
+
+
+def rated(run: str | Path) -> int:
+    """How many sampled answers experts have scored in a run's study (0 without one).
+
+    >>> import tempfile
+    >>> rated(tempfile.mkdtemp())
+    0
+    """
+    from ..qa.rating import RatingStore
+
+    folder = Path(run) / CALIBRATION_DIR / "ratings"
+    return int(RatingStore(folder).ratings(kind="answer")["item_id"].nunique()) if folder.is_dir() else 0
+
+
 def _expert_frame(ratings: pd.DataFrame, metrics) -> pd.DataFrame:
     """The experts' latest scores: item_id, rater, metric, score (0-10)."""
     r = ratings[ratings["dimension"].isin(list(metrics))]
@@ -383,7 +431,11 @@ def _gate(agree: pd.DataFrame, metrics, gate: dict) -> dict:
 
 def markdown(result: dict | None, run: str | Path = "RUN_DIR") -> list[str]:
     """The summary's section on the judge against experts: the gate's verdict per metric, the agreement and the
-    corrected means as tables; or, without a calibration, that there is none and how to make one."""
+    corrected means as tables; or, without a calibration, that there is none and how to make one.
+
+    >>> markdown(None, "runs/x")[2][:15]
+    'Not calibrated:'
+    """
     title = "## The judge against experts"
     if result is None:
         return [title, "", "Not calibrated: no expert has checked this judge's scores, so every score above is the "
