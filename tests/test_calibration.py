@@ -33,10 +33,11 @@ from fabnb.views.widgets import RatingPanel
 KEYS = ["system", "model", "context_k", "mode", "test_id"]
 
 
-def biased_run(folder: Path, seed: int = 0, questions: int = 40, bias: int = 2, verbose: bool = False) -> pd.DataFrame:
+def biased_run(folder: Path, seed: int = 0, questions: int = 40, bias: int = 2, verbose: bool = False,
+               own: str = "") -> pd.DataFrame:
     """A run folder of 3 systems x 2 windows x ``questions`` cells judged on depth by a judge ``bias`` points
-    (of 10) above the truth (``verbose``: answers of 0-59 extra words, and 3 more points for the longer half);
-    returns the truth per cell (its keys, t)."""
+    (of 10) above the truth (``verbose``: answers of 0-59 extra words, and 3 more points for the longer half;
+    ``own``: this system shares the judge's model, and gets 3 more points); returns the truth per cell."""
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True)
     truth = []
@@ -47,14 +48,17 @@ def biased_run(folder: Path, seed: int = 0, questions: int = 40, bias: int = 2, 
                     key = {"system": system, "model": "m", "context_k": k, "mode": "A", "test_id": f"Q{i:03d}"}
                     t = int(rng.integers(2, 9))
                     extra = int(rng.integers(0, 60)) if verbose else 0
-                    raw = int(np.clip(t + bias + rng.integers(-1, 2) + (3 if extra >= 30 else 0), 0, 10))
+                    favour = (3 if extra >= 30 else 0) + (3 if system == own else 0)
+                    raw = int(np.clip(t + bias + rng.integers(-1, 2) + favour, 0, 10))
                     a.write(json.dumps({**key, "status": "ok", "answer": f"An answer of quality {t}." + " more" * extra,
                                         "sources": [{"doc_id": "D1", "text": "A passage."}]}) + "\n")
                     s.write(json.dumps({**key, "metric": "depth", "replicate": 0, "status": "ok",
                                         "score": raw / 10, "raw_score": raw, "reason": "Scripted."}) + "\n")
                     truth.append({**key, "t": t})
     ids = [f"Q{i:03d}" for i in range(questions)]
-    (folder / "manifest.json").write_text(json.dumps({"name": "biased", "question_ids": ids}))
+    endpoints = {s: {"model": "judge-model" if s == own else f"model-{s}"} for s in ("s1", "s2", "s3")}
+    (folder / "manifest.json").write_text(json.dumps({"name": "biased", "question_ids": ids,
+                                                      "endpoints": {**endpoints, "judge": {"model": "judge-model"}}}))
     return pd.DataFrame(truth)
 
 
@@ -233,3 +237,20 @@ def test_verbosity_shows_a_judge_that_favours_long_answers_beside_experts_who_do
     v = pd.DataFrame(calibrate(run, n_boot=50)["verbosity"]).set_index("scorer")
     assert v.at["judge", "ci_low"] > 0.3 and v.at["experts", "ci_low"] < 0 < v.at["experts", "ci_high"]
     assert v.at["judge", "n_items"] == 80
+
+
+def test_self_preference_shows_a_judge_that_favours_its_own_models_answers(tmp_path):
+    run = tmp_path / "run"
+    truth = biased_run(run, questions=30, bias=0, own="s2")
+    study(run, truth, 90)
+    rate_as_experts(run, truth)
+    result = calibrate(run, n_boot=50)
+    assert result["judged_by_itself"] == ["s2"]
+    p = result["self_preference"][0]
+    assert p["n_own"] + p["n_other"] == 90 and p["ci_low"] > 0.15 and p["bias_own"] > p["bias_other"]
+    assert "Self-preference: the bias on the answers of s2" in (run / "calibration" / "calibration.md").read_text()
+    plain = tmp_path / "plain"
+    plain_truth = biased_run(plain, questions=10)
+    study(plain, plain_truth, 12)
+    rate_as_experts(plain, plain_truth)
+    assert calibrate(plain, n_boot=20)["self_preference"] is None  # no system shares the judge's model

@@ -33,8 +33,8 @@ from ..core.errors import FabnbError
 from ..core.schema import RESULT_KEYS
 
 __all__ = ["CALIBRATION_DIR", "CalibrationError", "GATE", "answer_items", "calibrate", "cell_item_id",
-           "corrected_means", "draw_sample", "draw_study", "judge_agreement", "judged_cells", "markdown", "rated",
-           "read_calibration", "verbosity", "write_study"]
+           "corrected_means", "draw_sample", "draw_study", "judge_agreement", "judged_by_itself", "judged_cells",
+           "markdown", "rated", "read_calibration", "self_preference", "verbosity", "write_study"]
 
 #: The folder of a run that holds its calibration study.
 CALIBRATION_DIR = "calibration"
@@ -408,6 +408,51 @@ def verbosity(judged: pd.DataFrame, ratings: pd.DataFrame, lengths: pd.Series, m
     return pd.DataFrame(rows, columns=["metric", "scorer", "rho", "ci_low", "ci_high", "n_items"])
 
 
+def judged_by_itself(manifest: dict) -> list[str]:
+    """The systems of a run whose answering model is the judge's (from ``manifest.json``'s endpoints; the embedded
+    model is one model wherever it serves). A model family beyond the same model is not known to the kit.
+
+    >>> judged_by_itself({"endpoints": {"a": {"model": "gpt-4o"}, "b": {"model": "x"}, "judge": {"model": "GPT-4o"}}})
+    ['a']
+    """
+    endpoints = manifest.get("endpoints", {})
+    judge = str(endpoints.get("judge", {}).get("model") or "").strip().lower()
+    return sorted(n for n, e in endpoints.items() if n != "judge" and judge
+                  and str(e.get("model") or "").strip().lower() == judge)
+
+
+def self_preference(judged: pd.DataFrame, ratings: pd.DataFrame, sample: pd.DataFrame, own: list, metrics,
+                    ci: float = 0.95, seed: int = 0) -> pd.DataFrame:
+    """Does the judge favour answers of its own model? Per metric, the bias judge - experts on the rated answers of
+    the systems ``own`` names against the others', and the difference with a bootstrap interval (answers resampled
+    within each group; Panickssery et al. 2024 measure LLM judges' self-preference).
+
+    Returns
+    -------
+    DataFrame
+        metric, n_own, n_other, bias_own, bias_other, difference (own - other), ci_low, ci_high.
+    """
+    from ..core.stats import bootstrap_group_diff
+
+    experts = _expert_frame(ratings, metrics)
+    whose = sample.set_index("item_id")["system"].isin(list(own))
+    rows = []
+    for metric in metrics:
+        consensus = experts[experts["metric"] == metric].groupby("item_id")["score"].mean() / 10
+        judge = judged[judged["metric"] == metric].set_index("item_id")["score"]
+        items = consensus.index.intersection(judge.index).intersection(whose.index)
+        frame = pd.DataFrame({"item_id": items, "d": (judge[items] - consensus[items]).to_numpy(),
+                              "group": np.where(whose[items], "own", "other")})
+        if frame["group"].nunique() < 2:
+            continue
+        r = bootstrap_group_diff(frame, "group", "own", "other", value="d", cluster="item_id", seed=seed, ci=ci)
+        rows.append({"metric": metric, "n_own": r["n_a"], "n_other": r["n_b"], "bias_own": r["rate_a"],
+                     "bias_other": r["rate_b"], "difference": r["diff"], "ci_low": r["ci_low"],
+                     "ci_high": r["ci_high"]})
+    return pd.DataFrame(rows, columns=["metric", "n_own", "n_other", "bias_own", "bias_other", "difference",
+                                       "ci_low", "ci_high"])
+
+
 def _gate(agree: pd.DataFrame, metrics, gate: dict) -> dict:
     """Per metric, whether the judge may be used alone, and why."""
     out = {}
@@ -454,6 +499,10 @@ def markdown(result: dict | None, run: str | Path = "RUN_DIR") -> list[str]:
         lines += ["", "Verbosity: Spearman's rho of each score against the answer's length in words (a judge that "
                   "favours long answers more than the experts do shows a higher rho):", "",
                   pd.DataFrame(result["verbosity"]).round(3).to_markdown(index=False)]
+    if result.get("self_preference"):
+        lines += ["", f"Self-preference: the bias on the answers of {', '.join(result['judged_by_itself'])} (the "
+                  "judge's own model) against the others':", "",
+                  pd.DataFrame(result["self_preference"]).round(3).to_markdown(index=False)]
     if result.get("corrected_means"):
         lines += ["", "Prediction-powered means beside the judge's own (95% intervals):", "",
                   pd.DataFrame(result["corrected_means"]).round(3).to_markdown(index=False)]
@@ -521,12 +570,18 @@ def calibrate(folder: str | Path, *, gate: dict | None = None, n_boot: int = 100
                  if settings["design"] == "uniform" else None)
     verdicts = _gate(agree, metrics, gate)
     lengths = _answer_lengths(folder, set(sample["item_id"]))
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8")) \
+        if (folder / "manifest.json").exists() else {}
+    own = judged_by_itself(manifest)
+    preference = self_preference(in_sample, ratings, sample, own, metrics, ci=ci, seed=seed) if own else None
     result = {"metrics": metrics, "design": settings["design"], "n_sample": len(sample),
               "n_rated": int(ratings["item_id"].nunique()), "raters": sorted(ratings["rater"].unique()),
               "gate": gate, "verdicts": verdicts, "usable_alone": all(v["usable_alone"] for v in verdicts.values()),
               "cells_judged_after_the_draw": int(judged["item_id"].nunique() - everything["item_id"].nunique()),
               "agreement": json.loads(agree.to_json(orient="records")),
               "verbosity": json.loads(verbosity(in_sample, ratings, lengths, metrics, ci).to_json(orient="records")),
+              "judged_by_itself": own,
+              "self_preference": None if preference is None else json.loads(preference.to_json(orient="records")),
               "corrected_means": None if corrected is None else json.loads(corrected.to_json(orient="records"))}
     result = _strict(result)
     for name, text in (("calibration.json", json.dumps(result, indent=1, allow_nan=False)),
