@@ -161,6 +161,9 @@ def test_a_folder_that_is_not_a_run_and_another_judge_are_refused_by_name(tmp_pa
         compare_runs(base, other)
     c = compare_runs(base, other, allow=("judge",))
     assert any("allowed: judge reason_chars differs" in n for n in c.notices)
+    two = run_folder(tmp_path, "two", monkeypatch, scripted_judge(), sample=5, metrics='["relevance", "depth"]')
+    c = compare_runs(base, two)
+    assert set(c.table["metric"]) == {"average", "relevance"} and any("only the shared ones" in n for n in c.notices)
     manifest = json.loads((base / "manifest.json").read_text())
     assert len(manifest["questions_sha256"]) == 64 and len(manifest["rubric_sha256"]) == 64
 

@@ -506,6 +506,17 @@ def compare_runs(base: str | Path, candidate: str | Path, *, systems: dict | Non
                for what, b_, c_ in diffs[diffs["kind"].isin(list(allow))][["what", "base", "candidate"]]
                .itertuples(index=False)]
     notices += _calibration_notices(base, candidate, require_calibrated_judge)
+    judged_a, judged_b = set(a["metric"]) - {AVERAGE}, set(b["metric"]) - {AVERAGE}
+    if judged_a != judged_b:
+        # An average of other metrics is another measurement: both averages are taken over the shared metrics.
+        from ..core.scores import with_average
+
+        shared_metrics = judged_a & judged_b
+        a = with_average(a[a["metric"].isin(shared_metrics)])
+        b = with_average(b[b["metric"].isin(shared_metrics)])
+        notices.append(f"the runs judged other metrics (base: {', '.join(sorted(judged_a))}; candidate: "
+                       f"{', '.join(sorted(judged_b))}); only the shared ones are compared, and the average is "
+                       f"theirs ({', '.join(sorted(shared_metrics)) or 'none'}).")
     comparison = compare_scores(a, b, systems=systems, metric=metric, margin=margin, ci=ci,
                                 pass_threshold=pass_threshold, differences=diffs)
     comparison.base, comparison.candidate = str(base), str(candidate)
