@@ -8,7 +8,9 @@ analyses of a user's own score CSV).
 run it again to resume.
 
 ``fabnb rate --serve --qa DIR --ratings DIR`` serves the code-free rating app (Voilà) on
-loopback; without ``--serve`` it prints each rater's progress.
+loopback; without ``--serve`` it prints each rater's progress. ``fabnb rate --from RUN_DIR --sample N
+--raters A,B`` draws a judge-calibration study of a run's answers, ``--serve --from RUN_DIR`` serves it to the
+experts, and ``--from RUN_DIR`` alone calibrates the judge once they have scored (``fabnb.judge.calibration``).
 
 ``fabnb compare BASE CANDIDATE`` compares two run folders question by question and writes ``compare.md`` and
 ``compare.json``; ``--fail-on-regression`` makes it a gate for CI.
