@@ -120,6 +120,10 @@ def test_the_loop_shows_a_known_bias_and_the_corrected_mean_covers_the_truth_whe
 
     page = export_page(run, tmp_path / "page", questions=questions_of(truth))
     assert '"usable_alone": false' in (page.parent / "data" / "summary.js").read_text()
+    from fabnb.jupyter.api import Results
+
+    said = Results(tmp_path).summary("run")["notes"]  # what JupyterLab's results viewer shows above the scores
+    assert said[-1].startswith("The judge against experts on depth (60 answers, ana, ben): not to be used alone")
 
 
 def test_bad_scores_a_second_score_a_rater_who_leaves_and_a_run_that_grew(tmp_path):

@@ -145,6 +145,10 @@ def test_results_come_in_pages_through_the_explorer(finished_run):
     assert summary["name"] == "stub-study" and summary["cells"] == 16 and summary["status"]["state"] == "finished"
     assert summary["systems"] == ["ref"] and summary["windows"] == [1.0, 2.0] and summary["modes"] == ["A", "B"]
     assert all("n = 4 / 4" in row["shown"] for row in summary["coverage"])
+    assert summary["notes"] == [  # the viewer says what the scores are worth, and how to check the judge
+        "The judge is not calibrated against experts: every score here is the judge's alone. Rate a sample of this "
+        "run: fabnb rate --from study/out --sample 60 --raters A,B (docs/experiment.md, \"The judge against "
+        "experts\")."]
     page = results.cells("study/out", {"mode": "B", "context_k": "2"}, page=0)
     assert page["total"] == 4 and len(page["rows"]) == 4
     page = results.cells("study/out", {}, sort="test_id", page=3)

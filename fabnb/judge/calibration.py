@@ -34,7 +34,7 @@ from ..core.schema import RESULT_KEYS
 
 __all__ = ["CALIBRATION_DIR", "CalibrationError", "GATE", "answer_items", "calibrate", "cell_item_id",
            "corrected_means", "draw_sample", "draw_study", "judge_agreement", "judged_by_itself", "judged_cells",
-           "markdown", "rated", "read_calibration", "self_preference", "verbosity", "write_study"]
+           "markdown", "notes", "rated", "read_calibration", "self_preference", "verbosity", "write_study"]
 
 #: The folder of a run that holds its calibration study.
 CALIBRATION_DIR = "calibration"
@@ -510,6 +510,21 @@ def markdown(result: dict | None, run: str | Path = "RUN_DIR") -> list[str]:
         lines += ["", f"{result['cells_judged_after_the_draw']} cells judged after the draw are not in the corrected "
                   "means (draw a new sample to cover them)."]
     return lines + [""]
+
+
+def notes(result: dict | None, run: str | Path = "RUN_DIR") -> list[str]:
+    """The calibration in a line per metric, as a results view shows it beside the scores (JupyterLab's viewer).
+
+    >>> notes(None, "runs/x")[0][:49]
+    'The judge is not calibrated against experts: ever'
+    """
+    if result is None:
+        return [f"The judge is not calibrated against experts: every score here is the judge's alone. Rate a sample "
+                f"of this run: fabnb rate --from {run} --sample 60 --raters A,B (docs/experiment.md, \"The judge "
+                "against experts\")."]
+    return [f"The judge against experts on {m} ({result['n_rated']} answers, {', '.join(result['raters'])}): "
+            f"{'may be used alone' if v['usable_alone'] else 'not to be used alone'} ({v['why']}); "
+            f"calibration/calibration.md has the agreement and corrected means." for m, v in result["verdicts"].items()]
 
 
 def read_calibration(folder: str | Path) -> dict | None:

@@ -302,6 +302,14 @@ class Results:
                                                               if not p.with_suffix(".png").exists()]
         figures = sorted(_rel(self.root, p) for p in images)
         c = ex.cells
+        if len(ex.scores):  # what the scores are worth: the judge's calibration against experts, or that there is none
+            from ..judge.calibration import CalibrationError, read_calibration
+            from ..judge.calibration import notes as calibration_notes
+
+            try:
+                notes = notes + calibration_notes(read_calibration(folder), _rel(self.root, folder))
+            except CalibrationError as exc:
+                notes = notes + [str(exc)]
         return {"name": status["name"], "path": _rel(self.root, folder), "status": status,
                 "summary": summary.read_text(encoding="utf-8") if summary.exists() else "",
                 "coverage": coverage, "figures": figures, "cells": int(len(c)), "notes": notes,
