@@ -150,6 +150,13 @@ def test_bad_scores_a_second_score_a_rater_who_leaves_and_a_run_that_grew(tmp_pa
     assert result["n_rated"] == 30
     with pytest.raises(CalibrationError, match="already holds ratings by ana, ben"):
         study(run, truth, 10)
+    from fabnb.core.records import HeldError, hold
+
+    fresh = tmp_path / "fresh"
+    fresh_truth = biased_run(fresh, questions=10)
+    (fresh / "calibration").mkdir()
+    with hold(fresh / "calibration", "another draw"), pytest.raises(HeldError, match="in use by process"):
+        study(fresh, fresh_truth, 6)  # two draws at once: the second is refused, the first's files stay whole
 
 
 def test_a_stratified_sample_balances_strata_with_weights_and_refuses_corrected_means(tmp_path):

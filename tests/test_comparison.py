@@ -217,6 +217,11 @@ def test_export_writes_a_page_of_script_files_and_refuses_a_folder_that_is_not_a
     assert len(cells["rows"]) == 12 and cells["metrics"] == ["relevance"]
     assert json.dumps(HOSTILE)[1:-1] in (data / "detail-0000.js").read_text()  # as it is: the page shows it as text
     assert "fetch(" not in (tmp_path / "page" / "index.html").read_text()
+    from fabnb.core.records import hold
+
+    with hold(tmp_path / "page", "another export"):  # two exports into one folder: the second is refused
+        assert main(["export", str(run), "--html", str(tmp_path / "page")]) == EXIT["usage"]
+    assert "in use by process" in capsys.readouterr().err and (data / "cells.js").exists()
     assert main(["export", str(tmp_path), "--html", str(tmp_path / "p2")]) == EXIT["usage"]
     assert "holds neither answers.jsonl nor scores.jsonl" in capsys.readouterr().err
 

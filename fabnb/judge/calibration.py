@@ -202,6 +202,7 @@ def write_study(folder: str | Path, sample: pd.DataFrame, items: pd.DataFrame, r
     sample was drawn from: a corrected mean covers those, not cells judged later), ``items.json`` (what raters see),
     ``settings.json`` (metrics, design, seed, raters) and ``manifests/`` (one assignment per rater). Refuses to
     replace a study that has ratings (they would no longer match its sample); returns the study's folder."""
+    from ..core.records import hold
     from ..qa.rating import RatingStore, assign, write_manifests
 
     study = Path(folder) / CALIBRATION_DIR
@@ -211,14 +212,16 @@ def write_study(folder: str | Path, sample: pd.DataFrame, items: pd.DataFrame, r
                                "sample would orphan them. Finish that study (fabnb rate --serve) or move the folder "
                                "away first.")
     study.mkdir(parents=True, exist_ok=True)
-    sample.to_csv(study / "sample.csv", index=False)
-    if population is not None:
-        population[["item_id", *RESULT_KEYS]].to_csv(study / "population.csv", index=False)
-    (study / "items.json").write_text(items.to_json(orient="records", force_ascii=False), encoding="utf-8")
-    settings = {"metrics": list(metrics), "design": str(sample["design"].iloc[0]), "seed": seed, "n": len(sample),
-                "raters": list(raters), "per_item": per_item}
-    (study / "settings.json").write_text(json.dumps(settings, indent=1), encoding="utf-8")
-    write_manifests(assign(sample["item_id"], list(raters), per_item=per_item, seed=seed), study / "manifests")
+    assignments = assign(sample["item_id"], list(raters), per_item=per_item, seed=seed)  # refused before writing
+    with hold(study, "drawing a calibration study"):  # two draws at once would mix their files: the second is refused
+        sample.to_csv(study / "sample.csv", index=False)
+        if population is not None:
+            population[["item_id", *RESULT_KEYS]].to_csv(study / "population.csv", index=False)
+        (study / "items.json").write_text(items.to_json(orient="records", force_ascii=False), encoding="utf-8")
+        settings = {"metrics": list(metrics), "design": str(sample["design"].iloc[0]), "seed": seed,
+                    "n": len(sample), "raters": list(raters), "per_item": per_item}
+        (study / "settings.json").write_text(json.dumps(settings, indent=1), encoding="utf-8")
+        write_manifests(assignments, study / "manifests")
     return study
 
 

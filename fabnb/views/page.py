@@ -152,6 +152,7 @@ def export_page(folder: str | Path, out: str | Path, *, questions: pd.DataFrame 
     ...
     FileNotFoundError: ... holds neither answers.jsonl nor scores.jsonl; ...
     """
+    from ..core.records import hold
     from ..experiment.output import read_manifest
     from .explorer import Explorer
 
@@ -160,12 +161,18 @@ def export_page(folder: str | Path, out: str | Path, *, questions: pd.DataFrame 
     if out.resolve() == folder.resolve():
         raise ValueError(f"--html {out} is the run's own folder; name a new folder for the page.")
     manifest = read_manifest(folder) or {}
-    cells = explorer.cells.sort_values(["system", "context_k", "mode", "test_id"], kind="stable",
-                                       ignore_index=True)
     out.mkdir(parents=True, exist_ok=True)
+    with hold(out, "an export of a results page"):  # two exports into one folder would mix their pages: refused
+        return _write(out, folder, explorer, manifest, page_cells)
+
+
+def _write(out: Path, folder: Path, explorer, manifest: dict, page_cells: int) -> Path:
+    """The page's files, into a folder this process holds."""
     for own in ("data", "figures"):
         shutil.rmtree(out / own, ignore_errors=True)
     (out / "data").mkdir()
+    cells = explorer.cells.sort_values(["system", "context_k", "mode", "test_id"], kind="stable",
+                                       ignore_index=True)
     figures = []
     source = folder / "report" / "figures"
     if source.is_dir():
