@@ -158,6 +158,13 @@ def test_results_come_in_pages_through_the_explorer(finished_run):
     assert detail["answer"].startswith(HOSTILE) and detail["scores"][0]["metric"] in ("depth", "relevance")
     compared = results.compare("study/out", {"context_k": 1, "mode": "A"}, {"context_k": 2, "mode": "A"})
     assert compared["total"] == 4 and {"average_a", "average_b", "drop"} <= set(compared["columns"])
+    runs = results.compare_runs("study/out/run.fabnb", "study/out")  # "Compare with..." in the viewer
+    assert runs["verdict"] == "no regression" and runs["base"] == runs["candidate"] == "study/out"
+    assert runs["summary"][0].startswith("ref: average candidate - base = 0.000")
+    with pytest.raises(ApiError, match=r"^study holds no manifest.json"):  # named from the root, not the disk
+        results.compare_runs("study", "study/out")
+    with pytest.raises(ApiError, match="margin='wide' is not a number"):
+        results.compare_runs("study/out", "study/out", margin="wide")
     with pytest.raises(ApiError, match="unknown filter 'colour'"):
         results.cells("study/out", {"colour": "red"})
     with pytest.raises(ApiError, match="not a float"):
@@ -293,13 +300,17 @@ def test_routes_answer_the_runs_and_the_results(jp_fetch, jp_asyncio_loop, jp_se
         "path": "study/out", "a": json.dumps({"mode": "A", "context_k": 1}),
         "b": json.dumps({"mode": "B", "context_k": 1})}).body)
     assert compared["total"] == 4
+    runs_compared = json.loads(_get(jp_fetch, jp_asyncio_loop, "results", "compare-runs", params={
+        "base": "study/out", "candidate": "study/out"}).body)
+    assert runs_compared["verdict"] == "no regression"
     doctor = json.loads(_get(jp_fetch, jp_asyncio_loop, "doctor").body)
     assert {"area", "status"} <= set(doctor[0])
 
 
 def test_routes_refuse_paths_outside_the_root_and_bad_arguments(jp_fetch, jp_asyncio_loop):
     for parts, params in [(("results", "summary"), {"path": "../../etc"}), (("results", "cells"), {"path": "/etc"}),
-                          (("plan",), {"file": "../experiment.toml"})]:
+                          (("plan",), {"file": "../experiment.toml"}),
+                          (("results", "compare-runs"), {"base": "study/out", "candidate": "../../etc"})]:
         with pytest.raises(HTTPClientError) as info:
             _get(jp_fetch, jp_asyncio_loop, *parts, params=params)
         assert info.value.code == 403 and "outside the server's root" in info.value.response.body.decode()

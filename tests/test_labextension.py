@@ -152,6 +152,16 @@ def test_the_extension_end_to_end_in_a_real_browser(tmp_path, fab_bench_dir):
             page.wait_for_function("document.querySelector('.fabnb-viewer .fabnb-rows').dataset.total === '1'",
                                    timeout=30_000)
             _shot(page, "cell")
+            # What the scores are worth, and "Compare with another run" (the run with itself: one question cannot
+            # tell, and says so).
+            assert "The judge is not calibrated against experts" in viewer.locator(".fabnb-viewer-head").inner_text()
+            runs_box = viewer.locator(".fabnb-compare-runs")
+            runs_box.locator("select[name='base'] option").first.wait_for(state="attached", timeout=30_000)
+            runs_box.locator("button", has_text="Compare").click()
+            runs_box.locator(".fabnb-verdict").wait_for(timeout=60_000)
+            assert runs_box.locator(".fabnb-verdict").inner_text() == "verdict: inconclusive"
+            assert "average candidate - base = 0.000, no interval (n = 1)" in runs_box.inner_text()
+            _shot(page, "compare")
 
             # Rate QA pairs: the Voilà rating app in a main-area tab, rated with the keyboard.
             page.evaluate("() => { window.jupyterapp.commands.execute('fabnb:rate'); }")

@@ -284,7 +284,7 @@ class Results:
     def summary(self, rel: str) -> dict:
         """name, status (:func:`fabnb.experiment.progress.run_status`), summary (``summary.md``'s text or ''),
         coverage (``coverage.csv``'s rows), figures (the report's images, relative to the root), systems,
-        windows, modes, metrics (the values the filters offer), cells (how many), notes."""
+        windows, modes, metrics (the values the filters offer), cells (how many), notes, models (each system's)."""
         from ..experiment.progress import run_status
 
         folder = self._folder(rel)
@@ -316,7 +316,8 @@ class Results:
                 "systems": sorted(map(str, c["system"].unique())),
                 "windows": sorted(float(v) for v in c["context_k"].unique()),
                 "modes": sorted(map(str, c["mode"].unique())), "metrics": ex.metrics,
-                "states": sorted(map(str, c["state"].unique()))}
+                "states": sorted(map(str, c["state"].unique())),
+                "models": {str(k): str(v) for k, v in c.groupby("system")["model"].first().items()}}
 
     def cells(self, rel: str, query: dict, sort: str = "test_id", descending: bool = False, page: int = 0) -> dict:
         """One page of the judged cells that pass the filters: total, page, page_size, columns, rows."""
@@ -350,6 +351,27 @@ class Results:
         except ValueError as exc:
             raise ApiError(str(exc)) from None
         return _page(table, page, self.page_size)
+
+
+    def compare_runs(self, base: str, candidate: str, allow: str = "", margin: str = "0.02") -> dict:
+        """``fabnb compare BASE CANDIDATE`` of two run folders under the root (:func:`fabnb.experiment.compare_runs`):
+        compare.json's fields, the gate's sentences and the refusal (naming what differs) as a 400. Nothing is
+        written: the CLI writes compare.md and compare.json."""
+        from ..experiment.comparison import ComparisonError, compare_runs
+
+        try:
+            value = float(margin)
+        except ValueError:
+            raise ApiError(f"margin={margin!r} is not a number (a score difference, 0-1).") from None
+        allowed = [a for a in allow.split(",") if a]
+        try:
+            c = compare_runs(self._folder(base), self._folder(candidate), allow=allowed, margin=value)
+        except ComparisonError as exc:
+            raise ApiError(str(exc).replace(str(Path(self.root).resolve()) + os.sep, "")) from None
+        data = c.to_json()
+        data.update(base=_rel(self.root, self._folder(base)), candidate=_rel(self.root, self._folder(candidate)),
+                    summary=c.summary().splitlines())
+        return data
 
 
 #: The largest request body or JSON argument the routes read, and the deepest nesting of one (a real request is

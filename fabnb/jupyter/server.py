@@ -169,6 +169,16 @@ class CompareHandler(_Handler):
                                                   _int(self.get_argument("page", "0"))))
 
 
+class CompareRunsHandler(_Handler):
+    @web.authenticated
+    async def get(self):
+        results = self.settings["fabnb_results"]
+        await self.answer(lambda: results.compare_runs(self.get_argument("base", ""),
+                                                       self.get_argument("candidate", ""),
+                                                       self.get_argument("allow", ""),
+                                                       self.get_argument("margin", "0.02")))
+
+
 def _int(text: str) -> int:
     try:
         return max(0, int(text))
@@ -181,7 +191,8 @@ ROUTES = [("/fabnb/api/runs", RunsHandler), ("/fabnb/api/runs/stop", StopHandler
           ("/fabnb/api/doctor", DoctorHandler), ("/fabnb/api/kinds", KindsHandler),
           ("/fabnb/api/new", NewHandler), ("/fabnb/api/rate", RateHandler),
           ("/fabnb/api/results/summary", SummaryHandler), ("/fabnb/api/results/cells", CellsHandler),
-          ("/fabnb/api/results/cell", CellHandler), ("/fabnb/api/results/compare", CompareHandler)]
+          ("/fabnb/api/results/cell", CellHandler), ("/fabnb/api/results/compare", CompareHandler),
+          ("/fabnb/api/results/compare-runs", CompareRunsHandler)]
 
 
 class FabnbExtension(ExtensionApp):

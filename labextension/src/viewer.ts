@@ -17,6 +17,7 @@ export class ResultsViewer extends Widget {
   private pager = el('div', '', 'fabnb-pager');
   private detail = el('div', '', 'fabnb-detail');
   private compare = el('div', '', 'fabnb-compare');
+  private runs = el('div', '', 'fabnb-compare-runs');
   private query: Record<string, string> = {};
   private page = 0;
   private info: any = null;
@@ -28,7 +29,7 @@ export class ResultsViewer extends Widget {
     this.node.tabIndex = 0;
     this.title.label = `Results: ${path}`;
     this.node.append(this.head, this.summary, this.figures, el('h3', 'Judged cells'), this.filters, this.rows, this.pager,
-      this.detail, el('h3', 'Two configurations'), this.compare);
+      this.detail, el('h3', 'Two configurations'), this.compare, el('h3', 'Compare with another run'), this.runs);
     void this.load();
   }
 
@@ -67,6 +68,7 @@ export class ResultsViewer extends Widget {
     }));
     this.drawFilters();
     this.drawCompare();
+    void this.drawRuns();
     await this.loadRows();
   }
 
@@ -179,6 +181,55 @@ export class ResultsViewer extends Widget {
     parts.push(el('h4', 'Scores'), table(d.scores, ['metric', 'score', 'status', 'reason']));
     this.detail.replaceChildren(...parts);
     this.detail.scrollIntoView?.({ block: 'nearest' });
+  }
+
+  // fabnb compare BASE CANDIDATE with this run as the candidate: the gate's verdict, what differs, every metric
+  // and window, the items that got worse (a click opens the cell here). The server decides everything.
+  private async drawRuns(): Promise<void> {
+    let list: any[] = [];
+    try {
+      list = await api('runs');
+    } catch (error) {
+      this.say(this.runs, error);
+      return;
+    }
+    const base = el('select');
+    base.name = 'base';
+    for (const r of list) {
+      const o = el('option', `${r.name} (${r.path})`);
+      o.value = r.path;
+      base.append(o);
+    }
+    const margin = el('input');
+    margin.type = 'number';
+    margin.step = '0.01';
+    margin.min = '0';
+    margin.value = '0.02';
+    margin.name = 'margin';
+    const out = el('div');
+    const go = el('button', 'Compare', 'jp-Button fabnb-button');
+    go.onclick = async () => {
+      out.replaceChildren(el('div', 'comparing…', 'fabnb-muted'));
+      try {
+        const c = await api('results/compare-runs', {}, { base: base.value, candidate: this.info.path, margin: margin.value });
+        const worse = c.items.filter((r: any) => r.d < 0).slice(0, 20);
+        out.replaceChildren(el('div', `verdict: ${c.verdict}`, `fabnb-verdict fabnb-verdict-${c.verdict.replace(/ /g, '-')}`),
+          ...c.summary.map((line: string) => el('div', line)), ...c.notices.map((n: string) => el('div', n, 'fabnb-warning')),
+          el('h4', 'What differs'), c.differences.length ? table(c.differences, ['what', 'base', 'candidate', 'kind']) : el('div', 'nothing recorded differs', 'fabnb-muted'),
+          el('h4', 'Every metric and window (candidate - base)'),
+          table(c.table, ['system', 'metric', 'context_k', 'mode', 'base_mean', 'candidate_mean', 'mean', 'ci_low', 'ci_high', 'n', 'claimed']),
+          el('h4', 'Items that got worse (a click opens the cell)'),
+          table(worse, ['system', 'context_k', 'mode', 'test_id', 'base', 'candidate', 'd'], row => void this.open({ ...row, model: this.modelOf(row) })));
+      } catch (error) {
+        this.say(out, error);
+      }
+    };
+    this.runs.replaceChildren(el('span', 'base '), base, el('span', ' margin '), margin, go, out);
+  }
+
+  private modelOf(row: any): string {
+    const models = this.info.models || {};
+    return models[row.system] || '';
   }
 
   private drawCompare(): void {
