@@ -165,6 +165,14 @@ def test_results_come_in_pages_through_the_explorer(finished_run):
         results.compare_runs("study", "study/out")
     with pytest.raises(ApiError, match="margin='wide' is not a number"):
         results.compare_runs("study/out", "study/out", margin="wide")
+    with pytest.raises(ApiError, match="two or more raters"):
+        results.rate_sample("study/out", 4, ["solo"])
+    with pytest.raises(ApiError, match="n='many' is not a whole number"):
+        results.rate_sample("study/out", "many", ["a", "b"])
+    drawn = results.rate_sample("study/out/run.fabnb", 4, ["a", "b"])  # "Rate a sample of this run"
+    assert drawn == {"file": "study/out/calibration/rate.ipynb", "n": 4, "raters": ["a", "b"]}
+    assert json.loads((root / drawn["file"]).read_text())["cells"][0]["source"][-1].endswith('rating_app(study="..")')
+    assert results.summary("study/out")["calibration"] is None
     with pytest.raises(ApiError, match="unknown filter 'colour'"):
         results.cells("study/out", {"colour": "red"})
     with pytest.raises(ApiError, match="not a float"):

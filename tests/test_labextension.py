@@ -162,6 +162,24 @@ def test_the_extension_end_to_end_in_a_real_browser(tmp_path, fab_bench_dir):
             assert runs_box.locator(".fabnb-verdict").inner_text() == "verdict: inconclusive"
             assert "average candidate - base = 0.000, no interval (n = 1)" in runs_box.inner_text()
             _shot(page, "compare")
+            # "Rate a sample of this run": the study drawn, its rating page in the viewer, one answer scored 10.
+            experts = viewer.locator(".fabnb-experts")
+            assert "Not calibrated" in experts.inner_text()
+            experts.locator("input[name='raters']").fill("lab-a,lab-b")
+            experts.locator("button", has_text="Rate a sample of this run").click()
+            study = viewer.frame_locator("iframe.fabnb-rate-frame")
+            who = study.locator(".fabnb-rater-name input")
+            who.wait_for(state="visible", timeout=180_000)
+            who.click()
+            page.keyboard.type("lab-a")
+            page.keyboard.press("Enter")
+            scoring = study.locator(".fabnb-rating")
+            scoring.wait_for(state="visible", timeout=60_000)
+            assert "Rubric" in scoring.inner_text() and "reference-bm25" not in scoring.inner_text()  # blind
+            scoring.click(position={"x": 5, "y": 5})
+            page.keyboard.press("t")
+            scoring.locator(".fabnb-progress", has_text="1 rated").wait_for(timeout=30_000)
+            _shot(page, "experts")
 
             # Rate QA pairs: the Voilà rating app in a main-area tab, rated with the keyboard.
             page.evaluate("() => { window.jupyterapp.commands.execute('fabnb:rate'); }")
@@ -183,6 +201,8 @@ def test_the_extension_end_to_end_in_a_real_browser(tmp_path, fab_bench_dir):
             _shot(page, "rate")
         finally:
             browser.close()
+    scored = RatingStore(work / "fabnb-runs" / "experiment" / "calibration" / "ratings").ratings(kind="answer")
+    assert scored[["rater", "dimension", "score"]].values.tolist() == [["lab-a", "relevance", 10]]
     ratings = RatingStore(tmp_path / "ratings").ratings()
     mine = ratings[ratings["rater"] == "lab-rater"].set_index("dimension")["score"]
     assert set(ratings["item_id"]) == {item}

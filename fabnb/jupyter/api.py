@@ -284,7 +284,8 @@ class Results:
     def summary(self, rel: str) -> dict:
         """name, status (:func:`fabnb.experiment.progress.run_status`), summary (``summary.md``'s text or ''),
         coverage (``coverage.csv``'s rows), figures (the report's images, relative to the root), systems,
-        windows, modes, metrics (the values the filters offer), cells (how many), notes, models (each system's)."""
+        windows, modes, metrics (the values the filters offer), cells (how many), notes, models (each system's),
+        calibration (``calibration/calibration.json``, or None)."""
         from ..experiment.progress import run_status
 
         folder = self._folder(rel)
@@ -302,12 +303,14 @@ class Results:
                                                               if not p.with_suffix(".png").exists()]
         figures = sorted(_rel(self.root, p) for p in images)
         c = ex.cells
+        calibration = None
         if len(ex.scores):  # what the scores are worth: the judge's calibration against experts, or that there is none
             from ..judge.calibration import CalibrationError, read_calibration
             from ..judge.calibration import notes as calibration_notes
 
             try:
-                notes = notes + calibration_notes(read_calibration(folder), _rel(self.root, folder))
+                calibration = read_calibration(folder)
+                notes = notes + calibration_notes(calibration, _rel(self.root, folder))
             except CalibrationError as exc:
                 notes = notes + [str(exc)]
         return {"name": status["name"], "path": _rel(self.root, folder), "status": status,
@@ -317,7 +320,8 @@ class Results:
                 "windows": sorted(float(v) for v in c["context_k"].unique()),
                 "modes": sorted(map(str, c["mode"].unique())), "metrics": ex.metrics,
                 "states": sorted(map(str, c["state"].unique())),
-                "models": {str(k): str(v) for k, v in c.groupby("system")["model"].first().items()}}
+                "models": {str(k): str(v) for k, v in c.groupby("system")["model"].first().items()},
+                "calibration": calibration}
 
     def cells(self, rel: str, query: dict, sort: str = "test_id", descending: bool = False, page: int = 0) -> dict:
         """One page of the judged cells that pass the filters: total, page, page_size, columns, rows."""
@@ -352,6 +356,32 @@ class Results:
             raise ApiError(str(exc)) from None
         return _page(table, page, self.page_size)
 
+
+    def rate_sample(self, rel: str, n, raters) -> dict:
+        """"Rate a sample of this run": draw a judge-calibration study of the run (:func:`fabnb.judge.calibration.
+        draw_study`; a study experts have begun is kept, not drawn again) and write the rating app's page for it,
+        ``calibration/rate.ipynb``, which Voilà renders. Returns file (the page, from the root), n, raters."""
+        from ..core.pages import one_cell_notebook
+        from ..judge.calibration import draw_study, rated
+
+        folder = self._folder(rel)
+        if not isinstance(raters, list) or not all(isinstance(r, str) for r in raters):
+            raise ApiError("raters must be a list of names.")
+        try:
+            count = int(n)
+        except (TypeError, ValueError):
+            raise ApiError(f"n={n!r} is not a whole number of answers to draw.") from None
+        if not rated(folder):
+            ex, _ = self.explorer(rel)
+            try:
+                draw_study(folder, count, [r.strip() for r in raters if r.strip()], ex.questions)
+            except FabnbError as exc:  # too many answers, one rater, a name that cannot be a file
+                raise ApiError(str(exc).replace(str(Path(self.root).resolve()) + os.sep, "")) from None
+        page = folder / "calibration" / "rate.ipynb"
+        if not page.exists():
+            one_cell_notebook(page, 'from fabnb.views.widgets import rating_app\n\nrating_app(study="..")')
+        settings = json.loads((folder / "calibration" / "settings.json").read_text(encoding="utf-8"))
+        return {"file": _rel(self.root, page), "n": settings["n"], "raters": settings["raters"]}
 
     def compare_runs(self, base: str, candidate: str, allow: str = "", margin: str = "0.02") -> dict:
         """``fabnb compare BASE CANDIDATE`` of two run folders under the root (:func:`fabnb.experiment.compare_runs`):

@@ -179,6 +179,18 @@ class CompareRunsHandler(_Handler):
                                                        self.get_argument("margin", "0.02")))
 
 
+class RateSampleHandler(_Handler):
+    @web.authenticated
+    async def post(self):
+        results = self.settings["fabnb_results"]
+
+        def rate():
+            body = self.body()
+            return results.rate_sample(text_field(body, "path", "results/rate-sample"), body.get("n", 60),
+                                       body.get("raters", []))
+        await self.answer(rate)
+
+
 def _int(text: str) -> int:
     try:
         return max(0, int(text))
@@ -192,7 +204,8 @@ ROUTES = [("/fabnb/api/runs", RunsHandler), ("/fabnb/api/runs/stop", StopHandler
           ("/fabnb/api/new", NewHandler), ("/fabnb/api/rate", RateHandler),
           ("/fabnb/api/results/summary", SummaryHandler), ("/fabnb/api/results/cells", CellsHandler),
           ("/fabnb/api/results/cell", CellHandler), ("/fabnb/api/results/compare", CompareHandler),
-          ("/fabnb/api/results/compare-runs", CompareRunsHandler)]
+          ("/fabnb/api/results/compare-runs", CompareRunsHandler),
+          ("/fabnb/api/results/rate-sample", RateSampleHandler)]
 
 
 class FabnbExtension(ExtensionApp):

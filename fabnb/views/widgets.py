@@ -270,12 +270,13 @@ class RatingAppView:
 
 
 def rating_app(qa: str | Path | None = None, ratings: str | Path | None = None,
-               manifests: str | Path | None = None):
+               manifests: str | Path | None = None, study: str | Path | None = None):
     """The rating app's page (what ``fabnb rate --serve`` shows, and the Binder app link).
 
     Each argument left out comes from the environment: ``FABNB_QA_DIR`` (unset: the
     released 200 FAB-Bench pairs), ``FABNB_RATINGS_DIR`` (unset: ``ratings`` here) and
-    ``FABNB_MANIFESTS_DIR`` (unset: no assignments). A folder that cannot be used gives
+    ``FABNB_MANIFESTS_DIR`` (unset: no assignments). ``study`` (or ``FABNB_STUDY_DIR``): a run
+    folder whose judge-calibration study experts score instead. A folder that cannot be used gives
     a page that says what is wrong, not a traceback.
 
     Returns
@@ -299,7 +300,7 @@ def rating_app(qa: str | Path | None = None, ratings: str | Path | None = None,
     qa = qa or os.environ.get("FABNB_QA_DIR") or None
     ratings = ratings or os.environ.get("FABNB_RATINGS_DIR") or "ratings"
     manifests = manifests or os.environ.get("FABNB_MANIFESTS_DIR") or None
-    study = os.environ.get("FABNB_STUDY_DIR") or None  # fabnb rate --serve --from RUN_DIR: judged answers to score
+    study = study or os.environ.get("FABNB_STUDY_DIR") or None  # judged answers to score (fabnb rate --from)
     try:
         app = RatingApp.from_study(study) if study else RatingApp.from_folders(qa, ratings, manifests)
         view = RatingAppView(app)

@@ -1,10 +1,10 @@
 // The results viewer of one run folder: its summary (every mean with its coverage), the report's figures,
 // the judged cells with the explorer's filters, one cell in full, two configurations side by side. It reads
 // through the server extension (fabnb.jupyter.api.Results, the Explorer model), so it needs no kernel.
-import { URLExt } from '@jupyterlab/coreutils';
+import { PageConfig, URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
-import { api, el, table } from './api';
+import { api, el, post, table } from './api';
 
 const KEYS = ['system', 'model', 'context_k', 'mode', 'test_id'];
 
@@ -18,6 +18,7 @@ export class ResultsViewer extends Widget {
   private detail = el('div', '', 'fabnb-detail');
   private compare = el('div', '', 'fabnb-compare');
   private runs = el('div', '', 'fabnb-compare-runs');
+  private experts = el('div', '', 'fabnb-experts');
   private query: Record<string, string> = {};
   private page = 0;
   private info: any = null;
@@ -28,7 +29,7 @@ export class ResultsViewer extends Widget {
     this.addClass('fabnb-lab');
     this.node.tabIndex = 0;
     this.title.label = `Results: ${path}`;
-    this.node.append(this.head, this.summary, this.figures, el('h3', 'Judged cells'), this.filters, this.rows, this.pager,
+    this.node.append(this.head, this.summary, el('h3', 'The judge against experts'), this.experts, this.figures, el('h3', 'Judged cells'), this.filters, this.rows, this.pager,
       this.detail, el('h3', 'Two configurations'), this.compare, el('h3', 'Compare with another run'), this.runs);
     void this.load();
   }
@@ -69,6 +70,7 @@ export class ResultsViewer extends Widget {
     this.drawFilters();
     this.drawCompare();
     void this.drawRuns();
+    this.drawExperts();
     await this.loadRows();
   }
 
@@ -225,6 +227,45 @@ export class ResultsViewer extends Widget {
       }
     };
     this.runs.replaceChildren(el('span', 'base '), base, el('span', ' margin '), margin, go, out);
+  }
+
+  // The judge's calibration (fabnb.judge.calibration) as tables, and "Rate a sample of this run": the server draws
+  // the study and writes its rating page, which Voilà renders here; experts score answers blind, 0-10.
+  private drawExperts(): void {
+    const k = this.info.calibration;
+    const parts: HTMLElement[] = [];
+    if (k) {
+      for (const [metric, v] of Object.entries<any>(k.verdicts)) {
+        parts.push(el('div', `${metric}: ${v.usable_alone ? 'the judge may be used alone' : 'not to be used alone'} (${v.why})`, 'fabnb-verdict'));
+      }
+      parts.push(table(k.agreement, ['metric', 'statistic', 'value', 'ci_low', 'ci_high', 'n_items', 'n_raters']));
+      if (k.corrected_means) {
+        parts.push(table(k.corrected_means, ['metric', 'judge_mean', 'judge_ci_low', 'judge_ci_high', 'estimate', 'ci_low', 'ci_high', 'n_rated']));
+      }
+    } else {
+      parts.push(el('div', 'Not calibrated: no expert has scored this judge\'s answers yet.', 'fabnb-muted'));
+    }
+    const n = el('input');
+    n.type = 'number';
+    n.min = '2';
+    n.name = 'sample';
+    n.value = String(Math.min(60, this.info.cells));
+    const raters = el('input');
+    raters.name = 'raters';
+    raters.value = 'expert-1,expert-2';
+    const out = el('div');
+    const go = el('button', 'Rate a sample of this run', 'jp-Button fabnb-button');
+    go.onclick = async () => {
+      try {
+        const page = await post('results/rate-sample', { path: this.info.path, n: Number(n.value), raters: raters.value.split(',') });
+        const frame = el('iframe', '', 'fabnb-rate-frame');
+        frame.src = URLExt.join(PageConfig.getBaseUrl(), 'voila', 'render', ...String(page.file).split('/').map(encodeURIComponent));
+        out.replaceChildren(el('div', `${page.n} answers for ${page.raters.join(', ')}; each enters their name below (keys 0-9, t for 10). Then: fabnb rate --from ${this.info.path}`, 'fabnb-muted'), frame);
+      } catch (error) {
+        this.say(out, error);
+      }
+    };
+    this.experts.replaceChildren(...parts, el('span', 'answers '), n, el('span', ' raters '), raters, go, out);
   }
 
   private modelOf(row: any): string {
