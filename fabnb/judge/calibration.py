@@ -238,7 +238,10 @@ def draw_study(run: str | Path, n: int, raters, questions: pd.DataFrame, *, metr
     metrics : list of str, optional
         The metrics experts score (default: every metric the run judged).
 
-    Returns the study's folder, ``RUN/calibration``.
+    Returns
+    -------
+    Path
+        The study's folder, ``RUN/calibration``.
     """
     from ..core.records import ResultsStore
     from .geval import score_store
@@ -481,8 +484,8 @@ def markdown(result: dict | None, run: str | Path = "RUN_DIR") -> list[str]:
     """The summary's section on the judge against experts: the gate's verdict per metric, the agreement and the
     corrected means as tables; or, without a calibration, that there is none and how to make one.
 
-    >>> markdown(None, "runs/x")[2][:15]
-    'Not calibrated:'
+    >>> markdown(None, "runs/x")[2].startswith("Not calibrated:")
+    True
     """
     title = "## The judge against experts"
     if result is None:
@@ -518,8 +521,8 @@ def markdown(result: dict | None, run: str | Path = "RUN_DIR") -> list[str]:
 def notes(result: dict | None, run: str | Path = "RUN_DIR") -> list[str]:
     """The calibration in a line per metric, as a results view shows it beside the scores (JupyterLab's viewer).
 
-    >>> notes(None, "runs/x")[0][:49]
-    'The judge is not calibrated against experts: ever'
+    >>> notes(None, "runs/x")[0].startswith("The judge is not calibrated against experts")
+    True
     """
     if result is None:
         return [f"The judge is not calibrated against experts: every score here is the judge's alone. Rate a sample "
