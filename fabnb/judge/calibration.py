@@ -66,18 +66,27 @@ def cell_item_id(key) -> str:
     return "C" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
 
 
+def _item_ids(frame: pd.DataFrame) -> list[str]:
+    """Each row's :func:`cell_item_id`, from its :data:`fabnb.core.schema.RESULT_KEYS` columns."""
+    return [cell_item_id(k) for k in frame[list(RESULT_KEYS)].itertuples(index=False, name=None)]
+
+
+def _ok_scores(scores: pd.DataFrame) -> pd.DataFrame:
+    """A score store's ok rows, score and window as floats."""
+    return scores[scores["status"] == "ok"].assign(score=lambda f: f["score"].astype(float),
+                                                   context_k=lambda f: f["context_k"].astype(float))
+
+
 def judged_cells(scores: pd.DataFrame, questions: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per cell with at least one ok judge score: item_id (:func:`cell_item_id`), its key, judge_mean
     (over metrics and replicates, 0-1), test_type: the population a sample is drawn from."""
     keys = list(RESULT_KEYS)
-    ok = scores[scores["status"] == "ok"].assign(score=lambda f: f["score"].astype(float),
-                                                 context_k=lambda f: f["context_k"].astype(float))
-    cells = ok.groupby(keys, as_index=False)["score"].mean().rename(columns={"score": "judge_mean"})
+    cells = _ok_scores(scores).groupby(keys, as_index=False)["score"].mean().rename(columns={"score": "judge_mean"})
     if questions is not None and "test_type" in questions.columns:
         cells = cells.merge(questions[["test_id", "test_type"]].drop_duplicates("test_id"), on="test_id", how="left")
     else:
         cells["test_type"] = ""
-    cells["item_id"] = [cell_item_id(k) for k in cells[keys].itertuples(index=False, name=None)]
+    cells["item_id"] = _item_ids(cells)
     return cells.sort_values(keys, ignore_index=True)
 
 
@@ -282,6 +291,11 @@ def _expert_frame(ratings: pd.DataFrame, metrics) -> pd.DataFrame:
     return r.rename(columns={"dimension": "metric"})[["item_id", "rater", "metric", "score"]]
 
 
+def _consensus(experts: pd.DataFrame, metric: str) -> pd.Series:
+    """item_id -> the experts' mean score of one metric (0-10): the consensus the judge is held against."""
+    return experts[experts["metric"] == metric].groupby("item_id")["score"].mean()
+
+
 def judge_agreement(judged: pd.DataFrame, ratings: pd.DataFrame, metrics, *, n_boot: int = 1000,
                     seed: int = 0, ci: float = 0.95) -> pd.DataFrame:
     """Per metric: the experts among themselves, and the judge against their consensus.
@@ -309,7 +323,7 @@ def judge_agreement(judged: pd.DataFrame, ratings: pd.DataFrame, metrics, *, n_b
                       dimensions=list(metrics), scale=(0, 10))
     rows = among.rename(columns={"dimension": "metric"}).to_dict("records")
     for metric in metrics:
-        consensus = experts[experts["metric"] == metric].groupby("item_id")["score"].agg(["mean", "size"])
+        consensus = _consensus(experts, metric).rename("mean")
         both = judged[judged["metric"] == metric].set_index("item_id")[["score"]].join(consensus, how="inner")
         n, raters = len(both), int(experts.loc[experts["metric"] == metric, "rater"].nunique())
         if n < 2:
@@ -354,7 +368,7 @@ def corrected_means(judged_all: pd.DataFrame, judged_sample: pd.DataFrame, ratin
     rows = []
     for metric in metrics:
         everything = judged_all[judged_all["metric"] == metric]
-        consensus = experts[experts["metric"] == metric].groupby("item_id")["score"].mean() / 10
+        consensus = _consensus(experts, metric) / 10
         labelled = judged_sample[judged_sample["metric"] == metric].set_index("item_id")["score"]
         labelled = labelled[labelled.index.isin(consensus.index)]
         if len(labelled) < 2 or len(everything) < 2:
@@ -401,7 +415,7 @@ def verbosity(judged: pd.DataFrame, ratings: pd.DataFrame, lengths: pd.Series, m
     experts = _expert_frame(ratings, metrics)
     rows = []
     for metric in metrics:
-        consensus = experts[experts["metric"] == metric].groupby("item_id")["score"].mean()
+        consensus = _consensus(experts, metric)
         judge = judged[judged["metric"] == metric].set_index("item_id")["score"]
         items = consensus.index.intersection(judge.index).intersection(lengths.index)
         for scorer, values in (("judge", judge), ("experts", consensus)):
@@ -444,7 +458,7 @@ def self_preference(judged: pd.DataFrame, ratings: pd.DataFrame, sample: pd.Data
     whose = sample.set_index("item_id")["system"].isin(list(own))
     rows = []
     for metric in metrics:
-        consensus = experts[experts["metric"] == metric].groupby("item_id")["score"].mean() / 10
+        consensus = _consensus(experts, metric) / 10
         judge = judged[judged["metric"] == metric].set_index("item_id")["score"]
         items = consensus.index.intersection(judge.index).intersection(whose.index)
         frame = pd.DataFrame({"item_id": items, "d": (judge[items] - consensus[items]).to_numpy(),
@@ -621,7 +635,7 @@ def _answer_lengths(folder: Path, items: set) -> pd.Series:
     if not len(answers):
         return pd.Series(dtype=float)
     answers = answers.assign(context_k=answers["context_k"].astype(float))
-    answers["item_id"] = [cell_item_id(k) for k in answers[list(RESULT_KEYS)].itertuples(index=False, name=None)]
+    answers["item_id"] = _item_ids(answers)
     answers = answers[answers["item_id"].isin(items)].drop_duplicates("item_id", keep="last")
     words = answers["answer"].fillna("").astype(str).str.split().str.len()
     return pd.Series(words.to_numpy(float), index=answers["item_id"])
@@ -642,10 +656,6 @@ def _strict(value):
 
 def _judged_by_item(scores: pd.DataFrame) -> pd.DataFrame:
     """The judge's ok scores per cell and metric (replicates averaged): item_id, metric, score (0-1)."""
-    keys = list(RESULT_KEYS)
-    ok = scores[scores["status"] == "ok"].assign(score=lambda f: f["score"].astype(float),
-                                                 context_k=lambda f: f["context_k"].astype(float))
-    per = ok.groupby([*keys, "metric"], as_index=False)["score"].mean()
-    per["item_id"] = [cell_item_id(k) for k in per[keys].itertuples(index=False, name=None)]
-    return per[["item_id", "metric", "score"]]
+    per = _ok_scores(scores).groupby([*RESULT_KEYS, "metric"], as_index=False)["score"].mean()
+    return per.assign(item_id=_item_ids(per))[["item_id", "metric", "score"]]
 

@@ -374,7 +374,8 @@ def _plain(value):
     if value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA:
         return None
     if isinstance(value, np.generic):
-        return value.item()
+        value = value.item()  # a float32 NaN is no float until here
+        return None if isinstance(value, float) and np.isnan(value) else value
     return value
 
 

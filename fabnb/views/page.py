@@ -43,16 +43,6 @@ def _script(name: str, value) -> str:
     return f"FABNB.add({json.dumps(name)}, {json.dumps(value, ensure_ascii=False, allow_nan=False, default=str)});\n"
 
 
-def _plain(value):
-    """A cell's value as JSON has it: NaN and None as null, numpy numbers as Python ones."""
-    if value is None or (isinstance(value, float) and value != value):
-        return None
-    if hasattr(value, "item"):
-        value = value.item()
-        return None if isinstance(value, float) and value != value else value
-    return value
-
-
 def _caveats(folder: Path) -> list[str]:
     """The bullets of ``summary.md``'s Caveats section."""
     path = folder / "summary.md"
@@ -71,6 +61,7 @@ def _caveats(folder: Path) -> list[str]:
 
 def _summary(folder: Path, manifest: dict, figures: list[str]) -> dict:
     from ..judge.calibration import read_calibration
+    from .explorer import plain_rows
 
     coverage = pd.read_csv(folder / "coverage.csv") if (folder / "coverage.csv").exists() else pd.DataFrame()
     keep = [c for c in ("system", "context_k", "mode", "metric", "score", "ci_low", "ci_high", "n", "planned",
@@ -80,7 +71,7 @@ def _summary(folder: Path, manifest: dict, figures: list[str]) -> dict:
             "judge": manifest.get("endpoints", {}).get("judge", {}).get("model"),
             "rubric_version": manifest.get("rubric_version"), "runs": manifest.get("runs", [])[-1:],
             "statistics": manifest.get("statistics", {}).get("interval"),
-            "means": [{k: _plain(v) for k, v in r.items()} for r in coverage[keep].to_dict("records")],
+            "means": plain_rows(coverage[keep]),
             "caveats": _caveats(folder), "figures": figures,
             "comparison": json.loads(compare.read_text(encoding="utf-8")) if compare.exists() else None,
             "calibration": read_calibration(folder)}
@@ -168,6 +159,8 @@ def export_page(folder: str | Path, out: str | Path, *, questions: pd.DataFrame 
 
 def _write(out: Path, folder: Path, explorer, manifest: dict, page_cells: int) -> Path:
     """The page's files, into a folder this process holds."""
+    from .explorer import plain_rows
+
     for own in ("data", "figures"):
         shutil.rmtree(out / own, ignore_errors=True)
     (out / "data").mkdir()
@@ -182,7 +175,7 @@ def _write(out: Path, folder: Path, explorer, manifest: dict, page_cells: int) -
             figures.append(f"figures/{png.name}")
     metrics = explorer.metrics
     columns = ["system", "context_k", "mode", "test_id", "state", "flags", "test_type", *metrics, "average"]
-    rows = [[_plain(v) for v in r] for r in cells[columns].itertuples(index=False, name=None)]
+    rows = [list(r.values()) for r in plain_rows(cells[columns])]
     q = explorer.questions
     questions = {t: str(q.at[t, "question"]) if "question" in q.columns else "" for t in q.index}
     n_pages = max(1, -(-len(cells) // page_cells))
