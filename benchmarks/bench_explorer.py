@@ -4,8 +4,9 @@ Stores of the shape ``run_grid`` and ``judge_results`` write: 200 questions x 4 
 11 windows (4K-32K) x mode A = 8,800 answers, each with four retrieved sources of 512 tokens of
 text, and six metrics = 52,800 scores (1% of them judge failures). From an experiment's output
 folder (``--folder``) or generated. Figures: the stores' size on disk, the time from the folder to
-the widget's model with its first page, and the median and worst time of a filter change (a page
-of rows as the browser gets it), median of 5 runs each.
+the notebook widget's data (every cell's compact row, which the one renderer filters in the browser:
+``bench_page.py`` times that), a part of the cells' texts as the page asks for it, and the Python
+model's filters; median of 5 runs each.
 
 Usage: python benchmarks/bench_explorer.py [--folder DIR]
 """
@@ -88,30 +89,31 @@ def main() -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"stores: {sum(1 for _ in open(folder / 'answers.jsonl')):,} answers and "
           f"{sum(1 for _ in open(folder / 'scores.jsonl')):,} scores, {size:.0f} MB on disk")
-    ready, filters = [], []
+    ready, parts, filters = [], [], []
     for _ in range(getattr(args, "runs", 5)):
         start = time.perf_counter()
-        widget = ResultsExplorer(Explorer.from_folder(folder, questions=questions))
+        ex = Explorer.from_folder(folder, questions=questions)
+        widget = ResultsExplorer(ex)  # every cell's compact row, for the renderer
         ready.append(time.perf_counter() - start)
-        for change in ({"action": "filter", "system": "system-2"}, {"action": "filter", "context_k": "28"},
-                       {"action": "filter", "metric": "depth", "score_max": "0.5"},
-                       {"action": "filter", "retrieval_miss": True}, {"action": "filter", "text": "word17"},
-                       {"action": "filter", "system": "", "context_k": "", "metric": "", "score_max": "",
-                        "retrieval_miss": False, "text": ""}):
-            start = time.perf_counter()
-            widget.handle(change)
-            filters.append(time.perf_counter() - start)
-            assert widget.error == "", widget.error
+        widget.send = lambda message: None  # no front end here
         start = time.perf_counter()
-        widget.handle({"action": "open", "cell": widget.rows[0]})
-        opened = time.perf_counter() - start
+        widget.handle({"action": "load", "name": "detail-0000"})
+        parts.append(time.perf_counter() - start)
+        assert widget.error == "", widget.error
+        for change in ({"system": "system-2"}, {"context_k": 28.0}, {"metric": "depth", "score_max": 0.5},
+                       {"retrieval_miss": True}, {"text": "word17"}):
+            start = time.perf_counter()
+            ex.filter(**change).view()  # the Python model's filter (the renderer filters in the browser: bench_page)
+            filters.append(time.perf_counter() - start)
+            ex.filters = {}
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("| what | figure |\n|---|---|")
-    print(f"| folder to the widget's model and first page ({widget.explorer.page_size} rows) | median "
+    print(f"| folder to the notebook widget's data ({len(widget.cells['rows']):,} compact rows) | median "
           f"{statistics.median(ready):.2f} s (min {min(ready):.2f}) |")
-    print(f"| a filter change, then the page of rows | median {statistics.median(filters) * 1000:.0f} ms, worst "
-          f"{max(filters) * 1000:.0f} ms over {len(filters)} changes |")
-    print(f"| open one cell (sources, six scores and reasons) | {opened * 1000:.0f} ms |")
+    print(f"| a part asked by the page (500 cells' answers, reasons and sources) | median "
+          f"{statistics.median(parts) * 1000:.0f} ms |")
+    print(f"| a filter of the Python model (Explorer.filter, then view) | median "
+          f"{statistics.median(filters) * 1000:.0f} ms, worst {max(filters) * 1000:.0f} ms over {len(filters)} |")
     print(f"| peak RSS | {rss:.0f} MB |")
 
 

@@ -71,17 +71,17 @@ def main() -> None:
             own.append(page.evaluate("window.FABNB_TIMING.open_ms"))
             n = page.evaluate("window.FABNB.data.cells.rows.length")
             system = page.evaluate("window.FABNB.data.cells.rows[0][0]")
-            for select, value in (("#filter-system", system), ("#filter-context_k", "8"), ("#filter-system", ""),
-                                  ("#filter-state", "judged"), ("#filter-context_k", "")):
+            for select, value in (("[data-filter=system]", system), ("[data-filter=context_k]", "8"), ("[data-filter=system]", ""),
+                                  ("[data-filter=state]", "judged"), ("[data-filter=context_k]", "")):
                 page.select_option(select, value)
                 changes.append(page.evaluate("window.FABNB_TIMING.filter_ms"))
-            for field, value in (("#filter-min", "0.5"), ("#filter-text", "Q01"), ("#filter-text", ""),
-                                 ("#filter-min", "")):
+            for field, value in (("[data-filter=min]", "0.5"), ("[data-filter=text]", "Q01"), ("[data-filter=text]", ""),
+                                 ("[data-filter=min]", "")):
                 page.fill(field, value)
                 changes.append(page.evaluate("window.FABNB_TIMING.filter_ms"))
             start = time.perf_counter()
             page.locator("tr.fabnb-row").last.click()
-            page.wait_for_selector("#detail .answer", timeout=30_000)
+            page.wait_for_selector("[data-part=detail] .answer", timeout=30_000)
             opened.append(time.perf_counter() - start)
             page.context.close()
         browser.close()

@@ -220,10 +220,10 @@ def _export(args: argparse.Namespace) -> int:
 
 def _explore(args: argparse.Namespace) -> int:
     from .core.errors import FabnbError
-    from .views.explorer import serve_explorer
+    from .views.page import serve_results
 
     try:
-        return serve_explorer(args.folder, port=args.port)
+        return serve_results(args.folder, port=args.port)
     except (FabnbError, FileNotFoundError) as exc:
         print(f"fabnb explore: {exc}", file=sys.stderr)
         return EXIT["usage"]
@@ -338,7 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
     exo.add_argument("folder", help="the output folder of fabnb run (with compare.json if fabnb compare wrote one)")
     exo.add_argument("--html", required=True, metavar="OUT", help="the page's folder (index.html, data/, figures/)")
     exo.set_defaults(run=_export)
-    exp = sub.add_parser("explore", help="the results explorer of a run folder as a page of its own (Voilà)")
+    exp = sub.add_parser("explore", help="the results page of a run folder, served on 127.0.0.1 (a reload shows "
+                                        "what the run wrote since)")
     exp.add_argument("folder", help="the output folder of fabnb run")
     exp.add_argument("--port", type=int, help="port (default: a free one)")
     exp.set_defaults(run=_explore)

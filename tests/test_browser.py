@@ -10,6 +10,7 @@ OS packages; without it this test fails (it is not skipped).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -332,28 +333,28 @@ def test_results_explorer_in_a_real_browser(tmp_path):
         try:
             page = browser.new_page()
             _open_and_run(page, f"{base}/lab/tree/explore.ipynb?token={token}")
-            view = page.locator(".fabnb-explorer")
-            view.wait_for(state="visible", timeout=120_000)
+            view = page.locator(".fabnb-results")  # the one renderer, its data from the kernel
+            view.locator("tr.fabnb-row").first.wait_for(state="visible", timeout=120_000)
             assert view.locator("tr.fabnb-row").count() == 4
             view.click(position={"x": 5, "y": 5})
             page.keyboard.press("/")
             page.keyboard.type("etch")
             page.keyboard.press("Enter")
-            page.wait_for_function("document.querySelectorAll('.fabnb-explorer tr.fabnb-row').length === 2",
-                                   timeout=30_000)
+            view.locator(".count", has_text="2 of 4 cells").wait_for(timeout=30_000)
+            assert view.locator("tr.fabnb-row").count() == 2
             page.keyboard.press("j")
             page.keyboard.press("Enter")
-            answer = view.locator(".fabnb-answer")
-            answer.wait_for(state="visible", timeout=30_000)
+            answer = view.locator(".answer")
+            answer.wait_for(state="visible", timeout=30_000)  # its part asked of the kernel
             assert answer.text_content().startswith("<img src=x onerror")
-            assert view.locator(".fabnb-source").first.text_content().count("<script>") == 1
-            assert "holds the gold evidence" in view.locator(".fabnb-gold").first.text_content()
-            assert view.locator(".fabnb-scores td").filter(has_text="<script>").count() == 2
+            assert view.locator(".source").first.text_content().count("<script>") == 1
+            assert "holds the gold evidence" in view.locator(".source.gold").first.text_content()
+            assert view.locator("table.scores td").filter(has_text="<script>").count() == 2
+            assert view.locator(".gold-evidence").count() == 1
             assert view.locator("img, script").count() == 0 and page.evaluate("window.pwned") is None
-            assert "test_id Q2" in view.locator(".fabnb-key").text_content()
+            assert "8K" in view.locator(".key").text_content() and "Q2" in view.locator(".key").text_content()
             page.keyboard.press("Escape")
-            page.wait_for_function("document.querySelectorAll('.fabnb-explorer tr.fabnb-row').length === 2",
-                                   timeout=30_000)
+            view.locator("[data-part=detail]").wait_for(state="hidden", timeout=30_000)
         finally:
             browser.close()
 
@@ -634,9 +635,18 @@ def test_fabnb_explore_serves_a_run_folder_as_a_page_of_its_own(tmp_path, monkey
             try:
                 page = browser.new_page()
                 page.goto(url)
-                page.wait_for_function("document.querySelectorAll('.fabnb-explorer tr.fabnb-row').length === 8",
-                                       timeout=120_000)
+                page.wait_for_selector(".fabnb-results[data-ready]", timeout=120_000)
+                assert page.locator("tr.fabnb-row").count() == 8  # the static page's renderer, served
                 assert page.locator(".jp-InputArea, .cm-editor").count() == 0  # a page, not a notebook
+                assert page.request.get(url + "data/").status == 404  # its files, no listing
+                # What the run writes next shows on a reload: the page is made again from the stores.
+                answers = Path(run.output) / "answers.jsonl"
+                row = json.loads(answers.read_text().splitlines()[0])
+                with answers.open("a") as fh:
+                    fh.write(json.dumps({**row, "test_id": "Q-late", "answer": "late"}) + "\n")
+                page.reload()
+                page.wait_for_selector(".fabnb-results[data-ready]", timeout=120_000)
+                assert page.locator(".count").inner_text().startswith("9 of 9 cells")
             finally:
                 browser.close()
     bad = subprocess.run([sys.executable, "-m", "fabnb.cli", "explore", str(tmp_path / "nowhere")],

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import urllib.parse
 import zlib
 from pathlib import Path
 
@@ -212,7 +213,7 @@ def test_export_writes_a_page_of_script_files_and_refuses_a_folder_that_is_not_a
     run = run_folder(tmp_path, "run", monkeypatch, hostile_answers, sample=6, windows="[1, 2]")
     assert main(["export", str(run), "--html", str(tmp_path / "page")]) == 0
     data = tmp_path / "page" / "data"
-    assert sorted(p.name for p in data.iterdir()) == ["cells.js", "detail-0000.js", "summary.js"]
+    assert sorted(p.name for p in data.iterdir()) == ["cells.js", "detail-0000.js", "questions.js", "summary.js"]
     cells = json.loads(re.match(r'FABNB\.add\("cells", (.*)\);\n$', (data / "cells.js").read_text(), re.S).group(1))
     assert len(cells["rows"]) == 12 and cells["metrics"] == ["relevance"]
     assert json.dumps(HOSTILE)[1:-1] in (data / "detail-0000.js").read_text()  # as it is: the page shows it as text
@@ -224,6 +225,13 @@ def test_export_writes_a_page_of_script_files_and_refuses_a_folder_that_is_not_a
     assert "in use by process" in capsys.readouterr().err and (data / "cells.js").exists()
     assert main(["export", str(tmp_path), "--html", str(tmp_path / "p2")]) == EXIT["usage"]
     assert "holds neither answers.jsonl nor scores.jsonl" in capsys.readouterr().err
+
+
+def cells_column(page, name: str) -> list[str]:
+    """The shown rows' values of one column of the page's cells table."""
+    at = page.locator("table.cells th").all_inner_texts()
+    index = [t.split(" ")[0] for t in at].index(name) + 1
+    return page.locator(f"table.cells tr.fabnb-row td:nth-child({index})").all_inner_texts()
 
 
 @pytest.mark.browser
@@ -250,31 +258,58 @@ def test_the_static_page_opens_from_file_filters_and_keeps_hostile_text_as_text(
     with sync_playwright() as pw:
         browser = _chromium(pw)
         try:
-            page = browser.new_page()
+            page = browser.new_page(accept_downloads=True)
             page.goto(index.as_uri())
             page.wait_for_selector("body[data-ready]", timeout=30_000)
-            assert page.locator("#count").inner_text().startswith("12 of 12 cells")
+            assert page.locator(".count").inner_text().startswith("12 of 12 cells")
             assert page.locator(".verdict").inner_text() == f"verdict: {compared['verdict']}"
             page.locator("tr.fabnb-item").first.click()  # the worst item opens its cell
-            page.wait_for_selector("#detail .answer", timeout=10_000)
-            assert page.locator("#count").inner_text().startswith("1 of 12 cells")
-            assert worst["test_id"] in page.locator("#detail h3").first.inner_text()
-            page.select_option("#filter-mode", "")
-            page.fill("#filter-text", "")
-            page.select_option("#filter-context_k", "2")
-            assert page.locator("#count").inner_text().startswith("6 of 12 cells")
-            page.fill("#filter-min", str(cut))
-            assert page.locator("#count").inner_text().startswith(f"{expected} of 12 cells")
+            page.wait_for_selector("[data-part=detail] .answer", timeout=10_000)
+            assert page.locator(".count").inner_text().startswith("1 of 12 cells")
+            assert worst["test_id"] in page.locator("[data-part=detail] h3").first.inner_text()
+            page.select_option("[data-filter=mode]", "")
+            page.fill("[data-filter=text]", "")
+            page.select_option("[data-filter=context_k]", "2")
+            assert page.locator(".count").inner_text().startswith("6 of 12 cells")
+            page.fill("[data-filter=min]", str(cut))
+            assert page.locator(".count").inner_text().startswith(f"{expected} of 12 cells")
             assert page.locator("tr.fabnb-row").count() == expected
-            page.fill("#filter-min", "")
+            page.fill("[data-filter=min]", "")
             page.locator("tr.fabnb-row").last.click()  # its details are in the last file
-            page.wait_for_selector("#detail .answer", timeout=10_000)
-            assert HOSTILE in page.locator("#detail .answer").inner_text()
-            assert page.locator("#detail img, #detail b, #detail script").count() == 0
+            page.wait_for_selector("[data-part=detail] .answer", timeout=10_000)
+            assert HOSTILE in page.locator("[data-part=detail] .answer").inner_text()
+            assert page.locator("[data-part=detail] img, [data-part=detail] b, [data-part=detail] script").count() == 0
             assert page.evaluate("window.pwned") is None
+            assert page.locator("[data-part=detail] .question").inner_text()  # cells.js; the gold: questions.js
+            assert page.locator("[data-part=detail] .gold-evidence").count() == 1
+            # Sort by a heading (missing values last), then download what is shown as CSV, made in the page.
+            page.select_option("[data-filter=context_k]", "")
+            column = cells_column(page, "average")
+            page.locator("th[data-column=average]").click()
+            ascending = [float(v) for v in cells_column(page, "average") if v != "-"]
+            assert ascending == sorted(ascending) and len(ascending) > 1
+            page.locator("th[data-column=average]").click()
+            assert [float(v) for v in cells_column(page, "average") if v != "-"] == sorted(ascending, reverse=True)
+            assert sorted(column) == sorted(cells_column(page, "average"))
+            with page.expect_download() as info:
+                page.locator("button", has_text="download CSV").click()
+            table = pd.read_csv(info.value.path())
+            assert len(table) == 12 and list(table.columns[:4]) == ["system", "context_k", "mode", "test_id"]
+            assert table["average"].dropna().tolist() == sorted(ascending, reverse=True)
+            # Two configurations, question by question; a pair opens a's cell.
+            page.locator("[data-part=pair] button", has_text="compare").click()
+            pairs = page.locator("table.pairs tr.fabnb-item")
+            assert pairs.count() == 6
+            pairs.first.click()
+            assert page.locator(".count").inner_text().startswith("1 of 12 cells")
+            # A cell by the page's address, as JupyterLab's viewer opens an item of a comparison.
+            key = "|".join(str(worst[k]) for k in ("system", "context_k", "mode", "test_id"))
+            page.goto(index.as_uri() + "#cell=" + urllib.parse.quote(key))
+            page.wait_for_selector("[data-part=detail] .answer", timeout=10_000)
+            assert worst["test_id"] in page.locator("[data-part=detail] h3").first.inner_text()
         finally:
             browser.close()
-    assert all(u.startswith("file://") for u in browser.requests), browser.requests
+    assert all(u.startswith(("file://", "blob:file://")) for u in browser.requests), browser.requests
     assert any(u.endswith("detail-0002.js") for u in browser.requests)
 
 
@@ -307,16 +342,16 @@ def test_the_paper_scale_page_opens_from_file_filters_and_asks_no_other_host(tmp
             page = browser.new_page()
             page.goto(index.as_uri())
             page.wait_for_selector("body[data-ready]", timeout=60_000)
-            assert page.locator("#count").inner_text().startswith("8800 of 8800 cells")
-            page.select_option("#filter-system", "system-2")
-            assert page.locator("#count").inner_text().startswith("2200 of 8800 cells")
-            page.select_option("#filter-system", "")
-            page.fill("#filter-text", "Q000")
-            assert page.locator("#count").inner_text().startswith("44 of 8800 cells")
+            assert page.locator(".count").inner_text().startswith("8800 of 8800 cells")
+            page.select_option("[data-filter=system]", "system-2")
+            assert page.locator(".count").inner_text().startswith("2200 of 8800 cells")
+            page.select_option("[data-filter=system]", "")
+            page.fill("[data-filter=text]", "Q000")
+            assert page.locator(".count").inner_text().startswith("44 of 8800 cells")
             page.locator("tr.fabnb-row").first.click()  # system-0, 4K, Q000: the hostile answer
-            page.wait_for_selector("#detail .answer", timeout=30_000)
-            assert page.locator("#detail .answer").inner_text() == HOSTILE
-            assert page.evaluate("window.pwned") is None and page.locator("#detail img").count() == 0
+            page.wait_for_selector("[data-part=detail] .answer", timeout=30_000)
+            assert page.locator("[data-part=detail] .answer").inner_text() == HOSTILE
+            assert page.evaluate("window.pwned") is None and page.locator("[data-part=detail] img").count() == 0
         finally:
             browser.close()
     assert browser.requests and all(u.startswith("file://") for u in browser.requests)

@@ -146,36 +146,29 @@ def test_an_experiment_folder_opens_in_the_explorer(tmp_path, monkeypatch):
 # --------------------------------------------------------------- the widget, driven without a browser
 
 
-def test_the_widget_sends_one_page_filters_opens_compares_and_exports(ex, tmp_path):
+def test_the_widget_sends_the_renderers_data_and_a_part_only_by_its_name(ex):
+    """The notebook widget draws through the one renderer (widgets/results.js): the cells at once, a cell's texts
+    when asked by the name of their part; a message of any other shape is refused in the widget."""
     from fabnb.views.widgets import ResultsExplorer
 
-    w = ResultsExplorer(ex, export_path=tmp_path / "view.csv")
-    assert w.total == 13 and w.shown == 13 and len(w.rows) == 5 and w.pages == 3
-    assert set(w.options["system"]) == {"ref", "other"} and w.options["metric"] == list(METRICS)
-    w.handle({"action": "filter", "system": "ref", "judge_failures": True})
-    assert w.error == "" and all(r["system"] == "ref" and r["judge_failures"] > 0 for r in w.rows)
-    w.handle({"action": "filter", "system": "", "judge_failures": False, "score_min": "0.7"})
-    assert w.filters == {"score_min": 0.7} and all(r["average"] >= 0.7 for r in w.rows)
-    w.handle({"action": "sort", "column": "average", "descending": True})
-    assert w.sort == {"column": "average", "descending": True}
-    w.handle({"action": "open", "cell": w.rows[0]})
-    assert w.detail["key"]["test_id"] == w.rows[0]["test_id"] and len(w.detail["scores"]) == 6
-    w.handle({"action": "close"})
-    assert w.detail == {}
-    w.handle({"action": "export"})
-    assert "rows to" in w.saved and len(pd.read_csv(tmp_path / "view.csv")) == w.shown
-    w.compare({"system": "other", "context_k": 4}, {"system": "other", "context_k": 8})
-    assert [r["test_id"] for r in w.comparison["rows"]] and w.comparison["columns"][3] == "drop"
-    w.handle({"action": "filter", "metric": "fluency"})
-    assert "not scored here" in w.error
-    w.handle({"action": "filter", "metric": ""})  # "any" in the front end's menu
-    assert w.error == "" and "metric" not in w.filters
-    w.handle({"action": "page", "number": 99})
-    assert w.page == w.pages - 1
-    # The judge sanity flags (issue 28): "answer Q1" is near-empty, and its 4K scores of 0.8 and over are suspect.
-    w.handle({"action": "filter", "flagged": True})
-    assert w.error == "" and 0 < w.shown < w.total and all("empty_high" in r["flags"] for r in w.rows)
-    w.handle({"action": "filter", "flagged": "no-such-flag"})
-    assert "flagged must be True or one of" in w.error
-    w.handle({"action": "filter", "flagged": False})
-    assert "flagged" not in w.filters
+    w = ResultsExplorer(ex)
+    sent = []
+    w.send = sent.append
+    columns = w.cells["columns"]
+    assert len(w.cells["rows"]) == 13 and w.cells["metrics"] == list(METRICS)
+    assert {"judge_failures", "gold_retrieved", "flags"} <= set(columns)
+    assert "renderResults(" in w._esm and "export default" in w._esm
+    flagged = [r for r in w.cells["rows"] if "empty_high" in r[columns.index("flags")]]
+    assert flagged  # the judge sanity flags (issue 28) reach the page's filter
+    w.handle({"action": "load", "name": "detail-0000"})
+    assert w.error == "" and sent[-1]["name"] == "detail-0000" and len(sent[-1]["value"]) == 13
+    opened = dict(zip(columns, w.cells["rows"][0]))
+    assert sent[-1]["value"][0]["answer"] == ex.detail({**opened, "model": "m"})["answer"]
+    w.handle({"action": "load", "name": "questions"})
+    assert sent[-1]["value"]["Q1"]["gold_evidence"] == "evidence one"
+    for bad in ({"action": "load", "name": "../secrets"}, {"action": "load", "name": "detail-0001"},
+                {"action": "load", "name": ["detail-0000"]}, {"action": "open"}):
+        w.handle(bad)
+        assert w.error and len(sent) == 2, bad
+    w.set_state({"cells": {"rows": []}})
+    assert "may not set cells" in w.error and len(w.cells["rows"]) == 13

@@ -9,6 +9,7 @@ of ``test_every_path_is_confined_to_the_root`` failed; with ``@web.authenticated
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -149,15 +150,19 @@ def test_results_come_in_pages_through_the_explorer(finished_run):
         "The judge is not calibrated against experts: every score here is the judge's alone. Rate a sample of this "
         "run: fabnb rate --from study/out --sample 60 --raters A,B (docs/experiment.md, \"The judge against "
         "experts\")."]
-    page = results.cells("study/out", {"mode": "B", "context_k": "2"}, page=0)
-    assert page["total"] == 4 and len(page["rows"]) == 4
-    page = results.cells("study/out", {}, sort="test_id", page=3)
-    assert page["total"] == 16 and len(page["rows"]) == 1  # pages of 5: the fourth holds the last one
-    row = page["rows"][0]
-    detail = results.cell("study/out", {k: row[k] for k in ("system", "model", "context_k", "mode", "test_id")})
-    assert detail["answer"].startswith(HOSTILE) and detail["scores"][0]["metric"] in ("depth", "relevance")
-    compared = results.compare("study/out", {"context_k": 1, "mode": "A"}, {"context_k": 2, "mode": "A"})
-    assert compared["total"] == 4 and {"average_a", "average_b", "drop"} <= set(compared["columns"])
+    # The run's results page (the one renderer): made on the first open, kept while the run stays the same.
+    index = results.page_file("study/out/run.fabnb", "index.html")
+    made = index.stat().st_mtime_ns
+    cells = _registered(results.page_file("study/out", "data/cells.js"))
+    assert len(cells["rows"]) == 16 and set(cells["metrics"]) == {"relevance", "depth"}
+    assert not (index.parent / "data" / "detail-0000.js").exists()  # written when a cell first asks for it
+    first = _registered(results.page_file("study/out", "data/detail-0000.js"))[0]
+    assert first["answer"].startswith(HOSTILE)  # sent as text: the renderer sets it with textContent
+    assert results.page_file("study/out", "index.html").stat().st_mtime_ns == made
+    for name in ("../../manifest.json", "data/../../../etc/passwd", "made-from.txt", ".fabnb.lock", "data/x.js"):
+        with pytest.raises(ApiError) as info:
+            results.page_file("study/out", name)
+        assert info.value.status == 404, name
     runs = results.compare_runs("study/out/run.fabnb", "study/out")  # "Compare with..." in the viewer
     assert runs["verdict"] == "no regression" and runs["base"] == runs["candidate"] == "study/out"
     assert runs["summary"][0].startswith("ref: average candidate - base = 0.000")
@@ -173,10 +178,18 @@ def test_results_come_in_pages_through_the_explorer(finished_run):
     assert drawn == {"file": "study/out/calibration/rate.ipynb", "n": 4, "raters": ["a", "b"]}
     assert json.loads((root / drawn["file"]).read_text())["cells"][0]["source"][-1].endswith('rating_app(study="..")')
     assert results.summary("study/out")["calibration"] is None
-    with pytest.raises(ApiError, match="unknown filter 'colour'"):
-        results.cells("study/out", {"colour": "red"})
-    with pytest.raises(ApiError, match="not a float"):
-        results.cells("study/out", {"score_min": "high"})
+    (index.parent / "data" / "detail-0000.js").unlink()
+    with pytest.raises(ApiError, match="changed since its page was made: reload") as info:  # the study was written
+        results.page_file("study/out", "data/detail-0000.js")
+    assert info.value.status == 409
+    calibrated = _registered(results.page_file("study/out", "data/summary.js"))  # the study drawn: page made again
+    assert calibrated["calibration"] is None and calibrated["name"] == "stub-study"
+
+
+def _registered(path):
+    """The value a page's data script registers (``FABNB.add(name, value);``)."""
+    text = path.read_text(encoding="utf-8")
+    return json.loads(text[text.index(", ") + 2:text.rindex(");")])
 
 
 def test_a_cut_store_line_and_a_broken_manifest_are_named_not_a_blank_view(finished_run, tmp_path):
@@ -218,7 +231,6 @@ def test_the_paths_a_manifest_records_are_read_only_inside_the_root(finished_run
     real = fabnb.data.datasets.read_qa_files
     monkeypatch.setattr(fabnb.data.datasets, "read_qa_files", lambda source, *a, **k: read.append(str(source)) or
                         real(source, *a, **k))
-    key = ("system", "model", "context_k", "mode", "test_id")
     for hostile in ({"questions_source": "/usr"}, {"questions_source": str(secret)},
                     {"questions_source": None, "experiment_file": str(outside / "exp.toml")}):
         (inner / "manifest.json").write_text(json.dumps({**manifest, **hostile}))
@@ -226,15 +238,15 @@ def test_the_paths_a_manifest_records_are_read_only_inside_the_root(finished_run
         summary = results.summary("copy")
         assert summary["cells"] == 16 and not [r for r in read if r.startswith(("/usr", str(outside)))], hostile
         assert any("outside the server's root" in n for n in summary["notes"]), summary["notes"]
-        row = results.cells("copy", {})["rows"][0]
-        assert "SECRET" not in json.dumps(results.cell("copy", {k: row[k] for k in key}), default=str)
+        page = results.page_file("copy", "index.html").parent
+        assert "SECRET" not in "".join(p.read_text() for p in (page / "data").iterdir())
     inside = tmp_path / "root" / "qa"
     shutil.copytree(secret, inside)
     (inner / "manifest.json").write_text(json.dumps({**manifest, "questions_source": str(inside)}))
     results = Results(tmp_path / "root")
     assert results.summary("copy")["cells"] == 16 and str(inside) in read
-    row = results.cells("copy", {})["rows"][0]
-    assert "SECRET" in json.dumps(results.cell("copy", {k: row[k] for k in key}), default=str)
+    page = results.page_file("copy", "index.html").parent
+    assert "SECRET" in (page / "data" / "questions.js").read_text() + (page / "data" / "cells.js").read_text()
 
 
 # ------------------------------------------------------------------ the routes, on a real Jupyter server
@@ -267,6 +279,11 @@ def test_routes_refuse_requests_without_authentication(jp_fetch, jp_asyncio_loop
             _get(jp_fetch, jp_asyncio_loop, *parts, method=method, body=body, headers={"Authorization": "token no"},
                  params={"path": "study/out"})
         assert info.value.code == 403, parts
+    key = base64.urlsafe_b64encode(b"study/out").decode().rstrip("=")
+    with pytest.raises(HTTPClientError) as info:  # the results page: sent to the login page, never served
+        jp_asyncio_loop.run_until_complete(jp_fetch("fabnb", "page", key, "data", "cells.js", follow_redirects=False,
+                                                    headers={"Authorization": "token no"}))
+    assert info.value.code in (302, 403) and b"FABNB.add" not in (info.value.response.body or b"")
     # Authenticated but from a page without the XSRF cookie: a POST by cookie alone is refused too.
     with pytest.raises(HTTPClientError) as info:
         _get(jp_fetch, jp_asyncio_loop, "new", method="POST", body="{}",
@@ -296,18 +313,17 @@ def test_routes_answer_the_runs_and_the_results(jp_fetch, jp_asyncio_loop, jp_se
     assert results._warming is not None  # a run to open: the viewer's imports are being made
     summary = json.loads(_get(jp_fetch, jp_asyncio_loop, "results", "summary", params={"path": "study/out"}).body)
     assert summary["cells"] == 16 and summary["figures"] == []  # the study's report draws none (figures = [])
-    page = json.loads(_get(jp_fetch, jp_asyncio_loop, "results", "cells", params={
-        "path": "study/out", "filters": json.dumps({"mode": "A", "retrieval_miss": False}), "page": "0",
-        "sort": "average", "descending": "true"}).body)
-    assert page["total"] == 8 and len(page["rows"]) == 8
-    key = {k: page["rows"][0][k] for k in ("system", "model", "context_k", "mode", "test_id")}
-    cell = json.loads(_get(jp_fetch, jp_asyncio_loop, "results", "cell",
-                           params={"path": "study/out", "key": json.dumps(key)}).body)
-    assert cell["answer"].startswith(HOSTILE)  # sent as text: the panels set it with textContent
-    compared = json.loads(_get(jp_fetch, jp_asyncio_loop, "results", "compare", params={
-        "path": "study/out", "a": json.dumps({"mode": "A", "context_k": 1}),
-        "b": json.dumps({"mode": "B", "context_k": 1})}).body)
-    assert compared["total"] == 4
+    key = base64.urlsafe_b64encode(b"study/out").decode().rstrip("=")
+    index = jp_asyncio_loop.run_until_complete(jp_fetch("fabnb", "page", key, "index.html"))
+    assert index.headers["Content-Type"].startswith("text/html") and b"renderResults(" in index.body
+    script = jp_asyncio_loop.run_until_complete(jp_fetch("fabnb", "page", key, "data", "detail-0000.js"))
+    assert script.headers["Content-Type"].startswith("text/javascript")
+    assert json.dumps(HOSTILE)[1:-1].encode() in script.body  # as data: the renderer shows it as text
+    for bad_key, name in [(key, "made-from.txt"), (base64.urlsafe_b64encode(b"../..").decode().rstrip("="),
+                                                   "index.html"), ("!!", "index.html")]:
+        with pytest.raises(HTTPClientError) as info:
+            jp_asyncio_loop.run_until_complete(jp_fetch("fabnb", "page", bad_key, name))
+        assert info.value.code in (403, 404), (bad_key, name)
     runs_compared = json.loads(_get(jp_fetch, jp_asyncio_loop, "results", "compare-runs", params={
         "base": "study/out", "candidate": "study/out"}).body)
     assert runs_compared["verdict"] == "no regression"
@@ -316,14 +332,14 @@ def test_routes_answer_the_runs_and_the_results(jp_fetch, jp_asyncio_loop, jp_se
 
 
 def test_routes_refuse_paths_outside_the_root_and_bad_arguments(jp_fetch, jp_asyncio_loop):
-    for parts, params in [(("results", "summary"), {"path": "../../etc"}), (("results", "cells"), {"path": "/etc"}),
+    for parts, params in [(("results", "summary"), {"path": "../../etc"}), (("results", "summary"), {"path": "/etc"}),
                           (("plan",), {"file": "../experiment.toml"}),
                           (("results", "compare-runs"), {"base": "study/out", "candidate": "../../etc"})]:
         with pytest.raises(HTTPClientError) as info:
             _get(jp_fetch, jp_asyncio_loop, *parts, params=params)
         assert info.value.code == 403 and "outside the server's root" in info.value.response.body.decode()
     with pytest.raises(HTTPClientError) as info:
-        _get(jp_fetch, jp_asyncio_loop, "results", "cells", params={"path": "study/out", "filters": "[1]"})
+        _get(jp_fetch, jp_asyncio_loop, "runs", method="POST", body="[1]")
     assert info.value.code == 400 and "must be a JSON object" in info.value.response.body.decode()
     with pytest.raises(HTTPClientError) as info:
         _get(jp_fetch, jp_asyncio_loop, "runs", method="POST", body=json.dumps({"file": "/etc/passwd"}))
@@ -336,18 +352,9 @@ def test_malformed_requests_are_a_400_naming_the_field_never_a_500(jp_fetch, jp_
     import logging
 
     caplog.set_level(logging.DEBUG)
-    key = {"system": "ref", "model": "stub-answerer", "context_k": 1.0, "mode": "A"}
     cases = [
-        ("GET", ("results", "cells"), {"path": "study/out", "filters": json.dumps({"score_min": [1, 2]})}, None,
-         400, "filter score_min must be one value"),
-        ("GET", ("results", "compare"), {"path": "study/out", "a": json.dumps({"system": "nope"}),
-                                         "b": json.dumps(key)}, None, 400, "names no configuration of this run"),
-        ("GET", ("results", "compare"), {"path": "study/out", "a": json.dumps({**key, "context_k": [1]}),
-                                         "b": json.dumps(key)}, None, 400, "must be one value"),
-        ("GET", ("results", "compare"), {"path": "study/out", "a": json.dumps(key), "b": json.dumps(key),
-                                         "metric": "colour"}, None, 400, "metric 'colour' is not scored"),
-        ("GET", ("results", "cells"), {"path": "study/out", "filters": "[" * 100 + "]" * 100}, None, 400,
-         "filters nests deeper than 64"),
+        ("GET", ("results", "compare-runs"), {"base": "study/out", "candidate": "study/out", "margin": "[1]"}, None,
+         400, "margin='[1]' is not a number"),
         ("POST", ("runs",), None, '{"file": ' + "[" * 100_000 + "]" * 100_000 + "}", 400,
          "the request body nests deeper than 64"),
         ("POST", ("runs",), None, json.dumps({"file": ["a"]}), 400, "runs: file must be a string"),

@@ -133,24 +133,25 @@ def test_the_extension_end_to_end_in_a_real_browser(tmp_path, fab_bench_dir):
                           "{path: 'fabnb-runs/experiment/'}); }")  # not awaited: its promise is not ours
             page.locator(".jp-DirListing-item", has_text="run.fabnb").dblclick()
             viewer = page.locator(".fabnb-viewer")
-            viewer.locator(".fabnb-rows tbody tr").first.wait_for(timeout=60_000)
-            assert viewer.locator(".fabnb-rows tbody tr").count() == 2
-            assert "n = 1 / 1" in viewer.locator(".fabnb-summary").inner_text()
-            figures = viewer.locator("img.fabnb-figure")
-            assert figures.count() >= 1
-            page.wait_for_function("[...document.querySelectorAll('.fabnb-viewer img.fabnb-figure')]"
-                                   ".every(i => i.complete && i.naturalWidth > 0)", timeout=30_000)
+            # The run's results page (the one renderer, made by the server) in the viewer's frame.
+            results = viewer.frame_locator("iframe.fabnb-results-frame")
+            results.locator(".fabnb-results[data-ready]").wait_for(state="attached", timeout=60_000)
+            assert results.locator("tr.fabnb-row").count() == 2
+            assert "n = 1 / 1" in results.locator("[data-part='means']").inner_text()
+            assert results.locator("[data-part='figures'] img").count() >= 1
+            frame = next(f for f in page.frames if "/fabnb/page/" in f.url)
+            _wait_until(lambda: frame.evaluate("[...document.querySelectorAll('[data-part=figures] img')]"
+                                               ".every(i => i.complete && i.naturalWidth > 0)"), 30)
             page.evaluate("() => { window.jupyterapp.shell.activateById('fabnb-runs'); }")
             _shot(page, "viewer")
-            viewer.locator(".fabnb-rows tbody tr").first.click()
-            detail = viewer.locator(".fabnb-detail")
-            detail.locator("h4", has_text="Question").wait_for(timeout=30_000)
-            assert detail.locator(".fabnb-text").first.text_content().startswith(HOSTILE.strip().split(" ")[0])
-            assert viewer.locator("img:not(.fabnb-figure), script").count() == 0
-            assert page.evaluate("window.pwned") is None
-            viewer.locator("select[name='context_k']").select_option("1")
-            page.wait_for_function("document.querySelector('.fabnb-viewer .fabnb-rows').dataset.total === '1'",
-                                   timeout=30_000)
+            results.locator("tr.fabnb-row").first.click()
+            detail = results.locator("[data-part='detail']")
+            detail.locator(".question").wait_for(timeout=30_000)
+            assert detail.locator(".question").text_content().startswith(HOSTILE.strip().split(" ")[0])
+            assert results.locator("[data-part='detail'] img, [data-part='detail'] script").count() == 0
+            assert page.evaluate("window.pwned") is None and frame.evaluate("window.pwned") is None
+            results.locator("select[data-filter='context_k']").select_option("1")
+            results.locator(".count", has_text="1 of 2 cells").wait_for(timeout=30_000)
             _shot(page, "cell")
             # What the scores are worth, and "Compare with another run" (the run with itself: one question cannot
             # tell, and says so).

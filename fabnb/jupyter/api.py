@@ -20,9 +20,9 @@ fabnb.jupyter.api.ApiError: '../etc/passwd' is outside the server's root; name a
 
 from __future__ import annotations
 
-import copy
 import json
 import os
+import re
 import threading
 import warnings
 from pathlib import Path
@@ -35,10 +35,9 @@ __all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "ApiError", "Results", "confine", "doc
 #: The longest path or name a request may send (a value over it is never repeated whole in a message or a log).
 MAX_PATH_CHARS = 4096
 
-#: Filters the results viewer may send (:meth:`fabnb.views.explorer.Explorer.filter`'s keys), and how each is read.
-_FILTER_TYPES = {"system": str, "model": str, "context_k": float, "mode": str, "test_type": str,
-                 "question_format": str, "metric": str, "score_min": float, "score_max": float,
-                 "judge_failures": bool, "retrieval_miss": bool, "flagged": str, "state": str, "text": str}
+#: The files of a results page (fabnb.views.page): what ``Results.page_file`` may serve, nothing else.
+_PAGE_FILE = re.compile(r"index\.html|results\.(js|css)|data/(summary|cells|questions|detail-\d{4})\.js|"
+                        r"figures/[A-Za-z0-9_.-]+\.png")
 
 
 class ApiError(FabnbError):
@@ -188,34 +187,6 @@ def rate_page(root: str | Path, folder: str) -> str:
     return _rel(root, page)
 
 
-def _filters(query: dict) -> dict:
-    """The explorer filters of a request's query (strings), each read as its type; unknown keys refused."""
-    out = {}
-    for key, raw in query.items():
-        if key not in _FILTER_TYPES:
-            raise ApiError(f"unknown filter {key!r}; filters: {', '.join(_FILTER_TYPES)}.")
-        if raw in ("", None):
-            continue
-        kind = _FILTER_TYPES[key]
-        if not isinstance(raw, (str, int, float, bool)):
-            raise ApiError(f"filter {key} must be one value (a string, a number or true/false), not a "
-                           f"{type(raw).__name__}.")
-        try:
-            out[key] = (raw in ("1", "true", "True", True)) if kind is bool else kind(raw)
-        except ValueError:
-            raise ApiError(f"filter {key}={str(raw)[:80]!r} is not a {kind.__name__}.") from None
-    return out
-
-
-def _page(frame, page: int, size: int) -> dict:
-    """One page of a frame as the browser gets it: total, page, columns, rows (only that page's)."""
-    from ..views.explorer import plain_rows
-
-    page = max(0, int(page))
-    return {"total": int(len(frame)), "page": page, "columns": list(frame.columns),
-            "rows": plain_rows(frame.iloc[page * size:(page + 1) * size])}
-
-
 class Results:
     """The results views' data: one :class:`fabnb.views.explorer.Explorer` per run folder, kept while its stores
     stay the same size, answered in pages of ``page_size`` rows."""
@@ -323,39 +294,31 @@ class Results:
                 "models": {str(k): str(v) for k, v in c.groupby("system")["model"].first().items()},
                 "calibration": calibration}
 
-    def cells(self, rel: str, query: dict, sort: str = "test_id", descending: bool = False, page: int = 0) -> dict:
-        """One page of the judged cells that pass the filters: total, page, page_size, columns, rows."""
-        base, _ = self.explorer(rel)
-        ex = copy.copy(base)  # the cached explorer's frames, shared read-only; filters of this request alone
-        ex.filters, ex.sort_by = {}, ("test_id", False)
-        try:
-            ex.filter(**_filters(query)).sort(sort, descending)
-        except ValueError as exc:
-            raise ApiError(str(exc)) from None
-        return {**_page(ex.view(), page, ex.page_size), "page_size": ex.page_size}
+    def page_file(self, rel: str, name: str) -> Path:
+        """A file of the run's results page (:func:`fabnb.views.page.fresh_page`, the one renderer): ``index.html``
+        made again when the run changed, then its ``results.js``, ``results.css``, ``data/*.js`` and ``figures/``.
+        Anything else, or a name that leaves the page's folder, is refused (404)."""
+        from ..core.records import HeldError
+        from ..views.page import detail_file, fresh_page, page_folder
 
-    def cell(self, rel: str, key: dict) -> dict:
-        """One cell in full (:meth:`fabnb.views.explorer.Explorer.detail`)."""
-        from ..core.schema import RESULT_KEYS
-
-        ex, _ = self.explorer(rel)
-        missing = [k for k in RESULT_KEYS if k not in key]
-        if missing:
-            raise ApiError(f"a cell is named by {', '.join(RESULT_KEYS)}; missing: {', '.join(missing)}.")
-        try:
-            return ex.detail(key)
-        except ValueError as exc:
-            raise ApiError(str(exc)) from None
-
-    def compare(self, rel: str, a: dict, b: dict, metric: str | None = None, page: int = 0) -> dict:
-        """Two configurations question by question, largest drop first: total, page, columns, rows."""
-        ex, _ = self.explorer(rel)
-        try:
-            table = ex.compare(a, b, metric or None)
-        except ValueError as exc:
-            raise ApiError(str(exc)) from None
-        return _page(table, page, self.page_size)
-
+        folder = self._folder(rel)
+        if not isinstance(name, str) or not _PAGE_FILE.fullmatch(name):
+            raise ApiError(f"{str(name)[:80]!r} is no file of a results page.", 404)
+        if name == "index.html":
+            self.explorer(rel)  # a folder that cannot be shown says why, naming the file
+            try:
+                fresh_page(folder, root=self.root, details=False)  # each detail file when a cell asks for it
+            except HeldError as exc:
+                raise ApiError(f"{exc} Reload the viewer in a moment.", 409) from None
+        path = page_folder(folder) / name
+        if name.startswith("data/detail-") and not path.exists():
+            try:
+                path = detail_file(folder, name[len("data/"):-len(".js")], self.explorer(rel)[0], root=self.root)
+            except ValueError as exc:  # the run changed since the page was made, or no such part
+                raise ApiError(str(exc), 409) from None
+        if not path.is_file():
+            raise ApiError(f"{name} is not in this run's page; reload the viewer to make it again.", 404)
+        return path
 
     def rate_sample(self, rel: str, n, raters) -> dict:
         """"Rate a sample of this run": draw a judge-calibration study of the run (:func:`fabnb.judge.calibration.

@@ -61,10 +61,9 @@ def run_cell(args: argparse.Namespace, cell: str | None = None, cwd: str | Path 
     if args.command == "results":
         if not args.file:
             raise ValueError(f"%fabnb results needs a run's folder. Usage: {_USAGE}")
-        from ..views.explorer import Explorer
         from ..views.widgets import ResultsExplorer
 
-        return ResultsExplorer(Explorer.from_folder(args.file))
+        return ResultsExplorer(args.file)  # the folder's summary, figures and comparison too
     if args.command == "rate":
         from ..views.widgets import rating_app
 

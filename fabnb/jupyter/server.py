@@ -17,19 +17,19 @@ Routes (GET unless marked):
 ``new`` (POST)            ``{"folder", "kind"}``: a commented experiment TOML written there, a system of that kind
                           added (commented) when one is named
 ``rate`` (POST)           ``{"folder"}``: the rating app's page written there
-``results/summary``       ``?path=``: a run's summary, figures and the filters' values
-``results/cells``         ``?path=&filters=&page=&sort=&descending=``: a page of judged cells
-``results/cell``          ``?path=&key=``: one cell in full
-``results/compare``       ``?path=&a=&b=&metric=&page=``: two configurations side by side
+``results/summary``       ``?path=``: a run's summary, status, notes and calibration
+``/fabnb/page/RUN/FILE``  the run's results page (the one renderer; ``RUN`` its path in base64url), made again
+                          when the run changed: what the viewer's frame shows
 ========================  ==============================================================
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 
-from jupyter_server.base.handlers import APIHandler
+from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.extension.application import ExtensionApp
 from tornado import web
 
@@ -140,33 +140,33 @@ class SummaryHandler(_Handler):
         await self.answer(self.settings["fabnb_results"].summary, self.get_argument("path", ""))
 
 
-class CellsHandler(_Handler):
+class PageHandler(JupyterHandler):
+    """A file of a run's results page (the one renderer's, :meth:`fabnb.jupyter.api.Results.page_file`), for the
+    viewer's frame. The run is the first segment (its path, base64url), so the page's relative ``data/...`` and
+    ``results.js`` stay under it."""
+
     @web.authenticated
-    async def get(self):
+    async def get(self, key: str, name: str):
         results = self.settings["fabnb_results"]
-        await self.answer(lambda: results.cells(self.get_argument("path", ""),
-                                                loads(self.get_argument("filters", ""), "filters"),
-                                                self.get_argument("sort", "test_id"),
-                                                self.get_argument("descending", "") in ("1", "true"),
-                                                _int(self.get_argument("page", "0"))))
+        try:
+            rel = base64.urlsafe_b64decode(key + "=" * (-len(key) % 4)).decode("utf-8")
+            path = await asyncio.get_running_loop().run_in_executor(None, results.page_file, rel, name)
+        except (ValueError, UnicodeDecodeError):
+            return self._refuse(ApiError("the page's address does not name a run; open it from the viewer.", 404))
+        except ApiError as exc:
+            return self._refuse(exc)
+        self.set_header("Content-Type", _PAGE_TYPES[path.suffix])
+        self.set_header("Cache-Control", "no-store")
+        self.finish(path.read_bytes())
+
+    def _refuse(self, exc: ApiError) -> None:
+        self.set_status(exc.status)
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        self.finish(str(exc))
 
 
-class CellHandler(_Handler):
-    @web.authenticated
-    async def get(self):
-        results = self.settings["fabnb_results"]
-        await self.answer(lambda: results.cell(self.get_argument("path", ""),
-                                               loads(self.get_argument("key", ""), "key")))
-
-
-class CompareHandler(_Handler):
-    @web.authenticated
-    async def get(self):
-        results = self.settings["fabnb_results"]
-        await self.answer(lambda: results.compare(self.get_argument("path", ""), loads(self.get_argument("a", ""),
-                                                  "a"), loads(self.get_argument("b", ""), "b"),
-                                                  self.get_argument("metric", "") or None,
-                                                  _int(self.get_argument("page", "0"))))
+_PAGE_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+               ".css": "text/css; charset=utf-8", ".png": "image/png"}
 
 
 class CompareRunsHandler(_Handler):
@@ -191,19 +191,11 @@ class RateSampleHandler(_Handler):
         await self.answer(rate)
 
 
-def _int(text: str) -> int:
-    try:
-        return max(0, int(text))
-    except ValueError:
-        raise ApiError(f"page={text!r} is not a whole number.") from None
-
-
 #: The routes, relative to the server's base URL.
 ROUTES = [("/fabnb/api/runs", RunsHandler), ("/fabnb/api/runs/stop", StopHandler), ("/fabnb/api/plan", PlanHandler),
           ("/fabnb/api/doctor", DoctorHandler), ("/fabnb/api/kinds", KindsHandler),
           ("/fabnb/api/new", NewHandler), ("/fabnb/api/rate", RateHandler),
-          ("/fabnb/api/results/summary", SummaryHandler), ("/fabnb/api/results/cells", CellsHandler),
-          ("/fabnb/api/results/cell", CellHandler), ("/fabnb/api/results/compare", CompareHandler),
+          ("/fabnb/api/results/summary", SummaryHandler), (r"/fabnb/page/([A-Za-z0-9_-]+)/(.+)", PageHandler),
           ("/fabnb/api/results/compare-runs", CompareRunsHandler),
           ("/fabnb/api/results/rate-sample", RateSampleHandler)]
 

@@ -7,7 +7,9 @@ order with the gold ones marked, the answer, each metric's score and the judge's
 reference check), compares two configurations question by question (sorted by the largest
 drop: Figure 6 in actual answers), and exports what is shown. A cell judged but missing from
 the answers is kept as "answer missing", an answer not judged as "not judged": nothing is
-dropped. :class:`fabnb.views.widgets.ResultsExplorer` is its view.
+dropped. The results page (:mod:`fabnb.views.page`, drawn by ``widgets/results.js``: the static page,
+``fabnb explore``, JupyterLab's viewer, and :class:`fabnb.views.widgets.ResultsExplorer` in a notebook) is its
+view.
 
 Examples
 --------
@@ -36,7 +38,7 @@ import pandas as pd
 
 from ..core.schema import METRICS, RESULT_KEYS
 
-__all__ = ["CELL_COLUMNS", "EXPLORE_CELL", "Explorer", "plain_rows", "serve_explorer"]
+__all__ = ["CELL_COLUMNS", "Explorer", "plain_rows", "plain_value"]
 
 #: The columns of :meth:`Explorer.view`, before the metric columns.
 CELL_COLUMNS = [*RESULT_KEYS, "test_type", "question_format", "state", "gold_retrieved", "judge_failures", "flags",
@@ -300,13 +302,13 @@ class Explorer:
         if self.reference is not None and len(self.reference):
             r = self.reference
             hit = r[np.logical_and.reduce([r[k].astype(type(v)) == v for k, v in key.items() if k in r.columns])]
-            reference = {k: _plain(v) for k, v in hit.iloc[0].to_dict().items()} if len(hit) else None
+            reference = {k: plain_value(v) for k, v in hit.iloc[0].to_dict().items()} if len(hit) else None
         state = self.cells[np.logical_and.reduce([self.cells[k] == v for k, v in key.items()])]["state"]
         return {"key": key, "state": state.iloc[0] if len(state) else "unknown",
                 "question": str(q.get("question", "")) if len(q) else "",
                 "expected": str(q.get("ground_truth_answer", "")) if len(q) else "",
                 "gold_evidence": str(q.get("gold_context", "")) if len(q) else "",
-                "sources": [{"rank": i + 1, "doc_id": str(x.get("doc_id", "")), "score": _plain(x.get("score")),
+                "sources": [{"rank": i + 1, "doc_id": str(x.get("doc_id", "")), "score": plain_value(x.get("score")),
                              "text": str(x.get("text", "")), "gold": str(x.get("doc_id", "")) in gold_docs}
                             for i, x in enumerate(sources)],
                 "answer": "" if pd.isna(ans.get("answer", np.nan)) else str(ans.get("answer")),
@@ -363,11 +365,11 @@ class Explorer:
 
 
 def plain_rows(frame: pd.DataFrame) -> list[dict]:
-    """A frame's rows as JSON-ready dicts (each value through :func:`_plain`), for a browser."""
-    return [{k: _plain(v) for k, v in r.items()} for r in frame.to_dict("records")]
+    """A frame's rows as JSON-ready dicts (each value through :func:`plain_value`), for a browser."""
+    return [{k: plain_value(v) for k, v in r.items()} for r in frame.to_dict("records")]
 
 
-def _plain(value):
+def plain_value(value):
     """JSON-ready scalars: NaN to None, numpy numbers to Python ones."""
     if isinstance(value, (list, tuple, dict)):
         return value
@@ -377,34 +379,3 @@ def _plain(value):
         value = value.item()  # a float32 NaN is no float until here
         return None if isinstance(value, float) and np.isnan(value) else value
     return value
-
-
-#: The explorer page's one cell (``fabnb explore DIR``): Voilà runs it and hides it.
-EXPLORE_CELL = "from fabnb.views.widgets import explorer_app\n\nexplorer_app()"
-
-
-def serve_explorer(folder: str | Path, port: int | None = None, echo=print, timeout: float = 60.0) -> int:
-    """Serve the results explorer of a run folder as a page of its own, on 127.0.0.1, until stopped
-    (``fabnb explore DIR``): for people who do not use JupyterLab. The folder is checked here first.
-
-    The page is :class:`fabnb.views.widgets.ResultsExplorer` over :meth:`Explorer.from_folder`; its
-    "export CSV" writes ``explorer-view.csv`` into the folder. It serves loopback only: the
-    results are not for other machines (the rating app has the access control for that).
-
-    Returns
-    -------
-    int
-        Voilà's exit status (0 after Ctrl-C, SIGTERM or SIGHUP).
-    """
-    import os
-
-    from ..core.pages import serve_page
-    from ..core.process import free_port
-
-    folder = Path(folder).resolve()
-    cells = len(Explorer.from_folder(folder).cells)  # a folder that is not a run's says so here, with its name
-    port = port or free_port()
-    env = {**os.environ, "FABNB_EXPLORE_DIR": str(folder)}
-    return serve_page(EXPLORE_CELL, env, port=port, echo=echo, timeout=timeout, name="explore",
-                      ready=f"Results explorer: http://127.0.0.1:{port}/  ({cells} cells of {folder}; Ctrl-C "
-                            "stops it)")

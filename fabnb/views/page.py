@@ -1,15 +1,21 @@
-"""A run's results as a static page anyone can open (``fabnb export RUN_DIR --html OUT``): no server, no request to
-another host, usable from ``file://`` and from any static host.
+"""A run's results as one page, drawn by fabnb's one renderer (``widgets/results.js``, ``renderResults``): the
+static page anyone can open (``fabnb export RUN_DIR --html OUT``: no server, no request to another host, usable from
+``file://`` and from any static host), the same page kept fresh in fabnb's cache (:func:`fresh_page`) and served on
+loopback (``fabnb explore``, :func:`serve_results`) or by the Jupyter server extension (JupyterLab's results viewer
+shows it in a frame), and the notebook widget (:class:`fabnb.views.widgets.ResultsExplorer`, its data from
+:func:`page_data` through the kernel).
 
-The page is ``index.html`` (the renderer: its CSS and script inline) and ``data/``, script files that register
-themselves with the page (``FABNB.add(name, value)``; browsers refuse ``fetch`` of ``file://`` data, but load a
-``<script src>``):
+The page is ``index.html`` (a shell), ``results.js`` and ``results.css`` (the renderer), and ``data/``, script
+files that register themselves with the page (``FABNB.add(name, value)``; browsers refuse ``fetch`` of
+``file://`` data, but load a ``<script src>``):
 
 - ``data/summary.js``: the run's name, versions and judge; the report's means with their intervals and coverage
   (``coverage.csv``, the table of ``summary.md``); its caveats; the figures of ``report/figures`` (copied to
   ``figures/``); and, where ``fabnb compare`` wrote ``compare.json`` into the folder, the comparison;
 - ``data/cells.js``: one compact row per cell (system, window, mode, question, state, flags, each metric's score,
   the average), all the page filters on, and the questions' texts;
+- ``data/questions.js``: each question's expected answer, gold evidence and gold documents (the detail marks the
+  retrieved passages that hold it), read when a first cell is opened;
 - ``data/detail-NNNN.js``: the heavy texts (the answer, each metric's judge reason, the sources' documents and
   openings), :data:`PAGE_CELLS` cells a file, loaded when a row is opened: the paper's scale (8,800 cells, 52,800
   scores) opens without reading them all.
@@ -20,13 +26,18 @@ The cells come from :class:`fabnb.views.explorer.Explorer`, the model the widget
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-__all__ = ["PAGE_CELLS", "export_page"]
+__all__ = ["PAGE_CELLS", "PageData", "detail_file", "export_page", "fresh_page", "page_data", "page_folder",
+           "serve_results", "write_part"]
 
 #: Cells per detail file: about 0.5-1 MB of text each at the paper's scale.
 PAGE_CELLS = 500
@@ -59,27 +70,29 @@ def _caveats(folder: Path) -> list[str]:
     return lines
 
 
-def _summary(folder: Path, manifest: dict, figures: list[str]) -> dict:
+def _summary(folder: Path | None, manifest: dict, figures: list[dict]) -> dict:
     from ..judge.calibration import read_calibration
     from .explorer import plain_rows
 
-    coverage = pd.read_csv(folder / "coverage.csv") if (folder / "coverage.csv").exists() else pd.DataFrame()
+    has = folder is not None
+    coverage = pd.read_csv(folder / "coverage.csv") if has and (folder / "coverage.csv").exists() else pd.DataFrame()
     keep = [c for c in ("system", "context_k", "mode", "metric", "score", "ci_low", "ci_high", "n", "planned",
                         "shown") if c in coverage.columns]
-    compare = folder / "compare.json"
-    return {"name": manifest.get("name", folder.name), "fabnb": manifest.get("fabnb"),
+    compare = folder / "compare.json" if has else None
+    return {"name": manifest.get("name", folder.name if has else "results"), "fabnb": manifest.get("fabnb"),
             "judge": manifest.get("endpoints", {}).get("judge", {}).get("model"),
             "rubric_version": manifest.get("rubric_version"), "runs": manifest.get("runs", [])[-1:],
             "statistics": manifest.get("statistics", {}).get("interval"),
             "means": plain_rows(coverage[keep]),
-            "caveats": _caveats(folder), "figures": figures,
-            "comparison": json.loads(compare.read_text(encoding="utf-8")) if compare.exists() else None,
-            "calibration": read_calibration(folder)}
+            "caveats": _caveats(folder) if has else [], "figures": figures,
+            "comparison": json.loads(compare.read_text(encoding="utf-8")) if has and compare.exists() else None,
+            "calibration": read_calibration(folder) if has else None}
 
 
 def _details(explorer, cells: pd.DataFrame) -> list[dict]:
     """Each cell's texts, in the order of ``cells``: the answer (or its error), each metric's reason, sources."""
     from ..core.schema import RESULT_KEYS
+    from .explorer import plain_value
 
     keys = list(RESULT_KEYS)
     answers = explorer.answers.copy()
@@ -100,14 +113,123 @@ def _details(explorer, cells: pd.DataFrame) -> list[dict]:
             "answer": "" if a is None else str(a.get("answer") or ""),
             "error": "" if a is None else str(a.get("error") or ""),
             "reasons": reasons.get(key, {}),
-            "sources": [{"doc_id": str(s.get("doc_id", "")), "text": str(s.get("text", ""))[:SOURCE_CHARS]}
-                        for s in sources] if isinstance(sources, list) else [],
+            "sources": [{"doc_id": str(s.get("doc_id", "")), "text": str(s.get("text", ""))[:SOURCE_CHARS],
+                         "score": plain_value(s.get("score"))} for s in sources] if isinstance(sources, list) else [],
         })
     return out
 
 
+def _questions(explorer) -> dict:
+    """What a cell's detail shows of its question: the expected answer, the gold evidence, the gold documents."""
+    q = explorer.questions
+    text = {c: q[c] if c in q.columns else pd.Series("", index=q.index)
+            for c in ("ground_truth_answer", "gold_context", "gold_doc_ids")}
+    return {t: {"expected": "" if pd.isna(text["ground_truth_answer"][t]) else str(text["ground_truth_answer"][t]),
+                "gold_evidence": "" if pd.isna(text["gold_context"][t]) else str(text["gold_context"][t]),
+                "gold_doc_ids": [str(d) for d in text["gold_doc_ids"][t]]
+                if isinstance(text["gold_doc_ids"][t], (list, tuple, np.ndarray)) else []}
+            for t in q.index}
+
+
+@dataclass(frozen=True)
+class PageData:
+    """What the renderer (``widgets/results.js``) draws: :attr:`summary` and :attr:`cells` at once, the rest by
+    :meth:`part` when a cell is opened. The static page writes them as script files; the notebook widget sends
+    them from the kernel.
+
+    Attributes
+    ----------
+    summary : dict
+        name, fabnb, judge, rubric_version, runs, statistics, means (the coverage table's rows), caveats, figures
+        (each ``{"name", "src"}``), comparison (``compare.json``) and calibration, or empty where the folder has none.
+    cells : dict
+        columns, metrics, rows (one list a cell, in ``frame``'s order), questions (test_id to its text),
+        page_cells and pages.
+    frame : DataFrame
+        The cells (:attr:`fabnb.views.explorer.Explorer.cells`) in the page's order.
+    """
+
+    summary: dict
+    cells: dict
+    frame: pd.DataFrame
+    explorer: object
+    page_cells: int
+
+    def part(self, name: str) -> dict | list:
+        """``"questions"`` (test_id to expected, gold_evidence, gold_doc_ids) or ``"detail-NNNN"`` (that page's
+        cells: answer, error, reasons, sources); a :class:`ValueError` for any other name."""
+        if name == "questions":
+            return _questions(self.explorer)
+        number = name.removeprefix("detail-")
+        if not (name.startswith("detail-") and number.isdigit() and int(number) < self.cells["pages"]):
+            raise ValueError(f"{name[:80]!r} is no part of this page: 'questions' or detail-0000 to "
+                             f"detail-{self.cells['pages'] - 1:04d}")
+        p = int(number)
+        return _details(self.explorer, self.frame.iloc[p * self.page_cells:(p + 1) * self.page_cells])
+
+
+def page_data(explorer, folder: str | Path | None = None, *, figures: str = "files",
+              page_cells: int = PAGE_CELLS) -> PageData:
+    """The renderer's data for an :class:`fabnb.views.explorer.Explorer`, and the run folder's summary.
+
+    Parameters
+    ----------
+    explorer : Explorer
+        The cells (its filters are not applied: the renderer filters).
+    folder : path, optional
+        The run's folder: its manifest, ``coverage.csv``, ``summary.md``'s caveats, ``report/figures``,
+        ``compare.json`` and calibration. Without it the summary holds the cells only.
+    figures : {"files", "inline"}
+        ``"files"``: each figure's ``src`` is ``figures/<name>.png`` (the static page copies them there);
+        ``"inline"``: a ``data:`` address (the notebook widget, which has no folder to serve).
+    page_cells : int
+        Cells per detail part.
+
+    Returns
+    -------
+    PageData
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from fabnb.views.explorer import Explorer
+    >>> key = {"system": "s", "model": "m", "context_k": 4.0, "mode": "A", "test_id": "Q1"}
+    >>> answers = pd.DataFrame([{**key, "status": "ok", "answer": "42"}])
+    >>> scores = pd.DataFrame([{**key, "metric": "depth", "replicate": 0, "status": "ok", "score": 0.7,
+    ...                         "reason": "Specific."}])
+    >>> data = page_data(Explorer(answers, scores, pd.DataFrame({"test_id": ["Q1"], "question": ["?"]})))
+    >>> data.cells["rows"][0][:4], data.part("detail-0000")[0]["reasons"]
+    (['s', 4.0, 'A', 'Q1'], {'depth': 'Specific.'})
+    """
+    import base64
+
+    from ..experiment.output import read_manifest
+    from .explorer import plain_rows
+
+    folder = Path(folder) if folder is not None else None
+    manifest = (read_manifest(folder) or {}) if folder is not None else {}
+    shown = []
+    source = folder / "report" / "figures" if folder is not None else None
+    if source is not None and source.is_dir():
+        for png in sorted(source.glob("*.png")):
+            src = (f"figures/{png.name}" if figures == "files" else
+                   "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode("ascii"))
+            shown.append({"name": png.name, "src": src})
+    cells = explorer.cells.sort_values(["system", "context_k", "mode", "test_id"], kind="stable", ignore_index=True)
+    metrics = explorer.metrics
+    columns = [c for c in ("system", "context_k", "mode", "test_id", "state", "flags", "judge_failures",
+                           "gold_retrieved", "test_type") if c in cells.columns] + [*metrics, "average"]
+    q = explorer.questions
+    return PageData(
+        summary=_summary(folder, manifest, shown),
+        cells={"columns": columns, "metrics": metrics, "rows": [list(r.values()) for r in plain_rows(cells[columns])],
+               "questions": {t: str(q.at[t, "question"]) if "question" in q.columns else "" for t in q.index},
+               "page_cells": page_cells, "pages": max(1, -(-len(cells) // page_cells))},
+        frame=cells, explorer=explorer, page_cells=page_cells)
+
+
 def export_page(folder: str | Path, out: str | Path, *, questions: pd.DataFrame | None = None,
-                page_cells: int = PAGE_CELLS) -> Path:
+                page_cells: int = PAGE_CELLS, root: str | Path | None = None, details: bool = True) -> Path:
     """Write the static page of the run in ``folder`` into ``out``; returns ``out/index.html``.
 
     Parameters
@@ -123,6 +245,11 @@ def export_page(folder: str | Path, out: str | Path, *, questions: pd.DataFrame 
         (:meth:`fabnb.views.explorer.Explorer.from_folder`).
     page_cells : int
         Cells per detail file (:data:`PAGE_CELLS`).
+    root : path, optional
+        A folder the manifest's question files must lie in (the Jupyter server's root): one outside is not read.
+    details : bool
+        Write the detail files too (the default). A page served by fabnb writes each when it is first asked for
+        (:func:`write_part`), so a large run opens without writing 35 MB first.
 
     Examples
     --------
@@ -137,56 +264,179 @@ def export_page(folder: str | Path, out: str | Path, *, questions: pd.DataFrame 
     ...                                                   "score": 0.7, "reason": "Specific."}) + "\\n")
     >>> index = export_page(run, run.parent / "page", questions=pd.DataFrame({"test_id": ["Q1"], "question": ["?"]}))
     >>> sorted(p.name for p in (index.parent / "data").iterdir())
-    ['cells.js', 'detail-0000.js', 'summary.js']
+    ['cells.js', 'detail-0000.js', 'questions.js', 'summary.js']
     >>> export_page(run.parent, run.parent / "page")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     FileNotFoundError: ... holds neither answers.jsonl nor scores.jsonl; ...
     """
     from ..core.records import hold
-    from ..experiment.output import read_manifest
     from .explorer import Explorer
 
     folder, out = Path(folder), Path(out)
-    explorer = Explorer.from_folder(folder, questions=questions)  # a folder that is not a run's says so here, naming it
+    # a folder that is not a run's says so here, naming it
+    explorer = Explorer.from_folder(folder, questions=questions, root=root)
     if out.resolve() == folder.resolve():
         raise ValueError(f"--html {out} is the run's own folder; name a new folder for the page.")
-    manifest = read_manifest(folder) or {}
     out.mkdir(parents=True, exist_ok=True)
     with hold(out, "an export of a results page"):  # two exports into one folder would mix their pages: refused
-        return _write(out, folder, explorer, manifest, page_cells)
+        return _write(out, folder, explorer, page_cells, details)
 
 
-def _write(out: Path, folder: Path, explorer, manifest: dict, page_cells: int) -> Path:
+def _write(out: Path, folder: Path, explorer, page_cells: int, details: bool) -> Path:
     """The page's files, into a folder this process holds."""
-    from .explorer import plain_rows
+    from ..core.paths import shipped
 
     for own in ("data", "figures"):
         shutil.rmtree(out / own, ignore_errors=True)
     (out / "data").mkdir()
-    cells = explorer.cells.sort_values(["system", "context_k", "mode", "test_id"], kind="stable",
-                                       ignore_index=True)
-    figures = []
-    source = folder / "report" / "figures"
-    if source.is_dir():
+    data = page_data(explorer, folder, page_cells=page_cells)
+    if data.summary["figures"]:
         (out / "figures").mkdir()
-        for png in sorted(source.glob("*.png")):
-            shutil.copy2(png, out / "figures" / png.name)
-            figures.append(f"figures/{png.name}")
-    metrics = explorer.metrics
-    columns = ["system", "context_k", "mode", "test_id", "state", "flags", "test_type", *metrics, "average"]
-    rows = [list(r.values()) for r in plain_rows(cells[columns])]
-    q = explorer.questions
-    questions = {t: str(q.at[t, "question"]) if "question" in q.columns else "" for t in q.index}
-    n_pages = max(1, -(-len(cells) // page_cells))
-    (out / "data" / "summary.js").write_text(_script("summary", _summary(folder, manifest, figures)), "utf-8")
-    (out / "data" / "cells.js").write_text(_script("cells", {
-        "columns": columns, "metrics": metrics, "rows": rows, "questions": questions, "page_cells": page_cells,
-        "pages": n_pages}), "utf-8")
-    details = _details(explorer, cells)
-    for p in range(n_pages):
-        part = details[p * page_cells:(p + 1) * page_cells]
-        (out / "data" / f"detail-{p:04d}.js").write_text(_script(f"detail-{p:04d}", part), "utf-8")
+        for figure in data.summary["figures"]:
+            shutil.copy2(folder / "report" / "figures" / figure["name"], out / "figures" / figure["name"])
+    (out / "data" / "summary.js").write_text(_script("summary", data.summary), "utf-8")
+    (out / "data" / "cells.js").write_text(_script("cells", data.cells), "utf-8")
+    (out / "data" / "questions.js").write_text(_script("questions", data.part("questions")), "utf-8")
+    for p in range(data.cells["pages"] if details else 0):
+        write_part(out, data, f"detail-{p:04d}")
+    for name in ("results.js", "results.css"):
+        (out / name).write_text(shipped("widgets", name), encoding="utf-8")
     index = out / "index.html"
     index.write_text(TEMPLATE.read_text(encoding="utf-8"), encoding="utf-8")
     return index
+
+
+def _fingerprint(folder: Path) -> str:
+    """What the page of ``folder`` is made from: each file's name, size and time under the folder, and the
+    renderer's own files (a newer fabnb draws again)."""
+    from ..core.paths import shipped
+
+    parts = [shipped("widgets", n) for n in ("results.js", "results.css")] + [TEMPLATE.read_text(encoding="utf-8")]
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and not path.name.endswith(".lock"):
+            st = path.stat()
+            parts.append(f"{path.relative_to(folder)}\t{st.st_size}\t{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def write_part(out: Path, data: PageData, name: str) -> Path:
+    """Write one part of the page (:meth:`PageData.part`) as its data script, ``out/data/<name>.js``."""
+    path = Path(out) / "data" / f"{name}.js"
+    path.write_text(_script(name, data.part(name)), "utf-8")
+    return path
+
+
+def page_folder(folder: str | Path) -> Path:
+    """Where :func:`fresh_page` keeps the page of the run in ``folder``: ``<cache>/pages/<hash of its path>``."""
+    from ..core.paths import cache_dir
+
+    return cache_dir() / "pages" / hashlib.sha256(str(Path(folder).resolve()).encode()).hexdigest()[:16]
+
+
+def fresh_page(folder: str | Path, root: str | Path | None = None, *, details: bool = True) -> Path:
+    """The page of the run in ``folder``, kept in fabnb's cache (``<cache>/pages/``) and exported again only when
+    the run changed since (a store grew, the report or ``compare.json`` was written) or fabnb's renderer did: what
+    ``fabnb explore`` and JupyterLab's results viewer show. Returns its ``index.html``. ``details=False`` leaves
+    the detail files to :func:`detail_file`, which writes each when it is first asked for.
+
+    Examples
+    --------
+    >>> import json, os, tempfile
+    >>> os.environ["FABNB_CACHE_DIR"] = tempfile.mkdtemp()
+    >>> run = Path(tempfile.mkdtemp())
+    >>> key = {"system": "s", "model": "m", "context_k": 4.0, "mode": "A", "test_id": "Q1"}
+    >>> _ = (run / "answers.jsonl").write_text(json.dumps({**key, "status": "ok", "answer": "42"}) + "\\n")
+    >>> first = fresh_page(run)
+    >>> made = first.stat().st_mtime_ns
+    >>> fresh_page(run).stat().st_mtime_ns == made  # nothing changed: the same page
+    True
+    >>> del os.environ["FABNB_CACHE_DIR"]
+    """
+    from ..core.records import hold
+
+    folder = Path(folder).resolve()
+    out = page_folder(folder)
+    stamp = out / "made-from.txt"
+    with _EXPORTS:  # one export at a time in this process (the folder lock refuses another process's)
+        want = f"{_fingerprint(folder)} root={root}"  # the server's page (questions confined to its root) is its own
+        if stamp.exists() and stamp.read_text(encoding="utf-8") == want and (out / "index.html").exists():
+            return out / "index.html"
+        index = export_page(folder, out, root=root, details=details)
+        with hold(out, "an export of a results page"):
+            stamp.write_text(want, encoding="utf-8")
+        return index
+
+
+_EXPORTS = threading.Lock()
+
+
+def detail_file(folder: str | Path, name: str, explorer, root: str | Path | None = None) -> Path:
+    """``data/<name>.js`` of the page :func:`fresh_page` keeps for ``folder``, written now if the page has none yet
+    (``explorer``: the run's :class:`fabnb.views.explorer.Explorer`). Refused (:class:`ValueError`) when the run
+    changed since the page was made: its rows would no longer be the page's."""
+    folder = Path(folder).resolve()
+    out = page_folder(folder)
+    path = out / "data" / f"{name}.js"
+    with _EXPORTS:
+        if path.exists():
+            return path
+        stamp = out / "made-from.txt"
+        if not stamp.exists() or stamp.read_text(encoding="utf-8") != f"{_fingerprint(folder)} root={root}":
+            raise ValueError(f"{folder} changed since its page was made: reload the page to see it as it is now.")
+        return write_part(out, page_data(explorer, folder), name)
+
+
+def serve_results(folder: str | Path, port: int | None = None, echo=print) -> int:
+    """Serve the page of the run in ``folder`` on 127.0.0.1 until stopped (``fabnb explore DIR``): for people who do
+    not use JupyterLab. A reload shows what the run wrote since (:func:`fresh_page`). Loopback only: the results are
+    not for other machines. The folder is checked first: one that is not a run's is refused, naming it.
+
+    Returns
+    -------
+    int
+        0 after Ctrl-C, SIGTERM or SIGHUP.
+    """
+    import signal
+    from functools import partial
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    from ..core.process import free_port
+
+    folder = Path(folder).resolve()
+    index = fresh_page(folder)
+    text = (index.parent / "data" / "cells.js").read_text(encoding="utf-8")
+    cells = json.loads(text[text.index(", ") + 2:text.rindex(");")])  # what _script wrote: FABNB.add(name, value);
+
+    class Handler(SimpleHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802  (http.server's name)
+            if self.path.split("?")[0] in ("/", "/index.html"):
+                try:
+                    fresh_page(folder)  # a reload shows what the run wrote since
+                except Exception as exc:  # noqa: BLE001  (the last page stays; the reason is said here)
+                    echo(f"fabnb explore: the page was not made again: {exc}")
+            return super().do_GET()
+
+        def end_headers(self):
+            self.send_header("Cache-Control", "no-store")
+            super().end_headers()
+
+        def list_directory(self, path):  # noqa: ARG002  (the page's files only, no listing)
+            self.send_error(404, "not a file of the page")
+
+        def log_message(self, *args):  # requests are not the user's business here
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port or free_port()), partial(Handler, directory=str(index.parent)))
+    stop = lambda *_: threading.Thread(target=server.shutdown, daemon=True).start()  # noqa: E731
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+    echo(f"Results explorer: http://127.0.0.1:{server.server_port}/  ({len(cells['rows'])} cells of {folder}; "
+         "Ctrl-C stops it)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0

@@ -4,7 +4,7 @@
 - :class:`RatingAppView` over :class:`fabnb.qa.rating_app.RatingApp` (the code-free app: a name, then the panel)
 - :class:`QACurator` over :class:`fabnb.qa.curation.CurationSession`
 - :class:`CorpusInspector` over :class:`fabnb.corpus.collection.CorpusSession`
-- :class:`ResultsExplorer` over :class:`fabnb.views.explorer.Explorer`
+- :class:`ResultsExplorer` over :class:`fabnb.views.explorer.Explorer`, drawn by the one results renderer
 
 The front end (``widgets/*.js`` and ``*.css`` in the source tree, ``fabnb/_widgets`` in
 the wheel) is plain ES modules with no imports: nothing is fetched at run time. It
@@ -33,7 +33,7 @@ from ..qa.rating import ANCHORS, ANCHORS_SOURCE, MAX_COMMENT, RatingError
 from ..qa.rating_app import RatingApp
 
 __all__ = ['CorpusInspector', 'QACurator', 'RatingAppView', 'RatingPanel', 'ResultsExplorer', 'download_link',
-           'explorer_app', 'rating_app']
+           'rating_app']
 
 
 def _asset(name: str) -> str:
@@ -317,20 +317,6 @@ def rating_app(qa: str | Path | None = None, ratings: str | Path | None = None,
         return label
 
 
-def explorer_app(folder: str | Path | None = None):
-    """The results explorer's page (``fabnb explore DIR``): a run folder (default: ``FABNB_EXPLORE_DIR``) in a
-    :class:`ResultsExplorer`, or a label that says what is wrong, never a blank page."""
-    import ipywidgets
-
-    folder = Path(folder or os.environ.get("FABNB_EXPLORE_DIR") or ".")
-    try:
-        return ResultsExplorer(folder, export_path=folder / "explorer-view.csv")
-    except (FabnbError, OSError, ValueError, KeyError) as exc:
-        label = ipywidgets.Label(f"The results explorer cannot open {folder}: {exc}")
-        label.add_class("fabnb-app-message")
-        return label
-
-
 class QACurator(_View):
     """Keep, drop or edit candidate QA pairs toward target counts per test type.
 
@@ -482,102 +468,43 @@ class CorpusInspector(_View):
 
 
 class ResultsExplorer(_View):
-    """Judged answers as a table: filter, sort, open one cell in full, compare two configurations, export.
+    """A run's results in the notebook, drawn by fabnb's one results renderer (``widgets/results.js``, which also
+    draws the static page, ``fabnb explore`` and JupyterLab's viewer): the summary, then every cell to filter,
+    sort, open in full (question, expected answer, gold evidence, the retrieved passages in rank order with the
+    gold ones marked, the answer, each metric's score and reason), set two configurations side by side, or
+    download as CSV. Keys: j / k move, Enter opens, Esc closes, / finds, n / p page.
 
-    Keys: j / k move, Enter opens the cell (question, expected answer, gold evidence, the retrieved
-    passages in rank order with the gold ones marked, the answer, each metric's score and reason,
-    the reference check), Esc goes back, / finds text in questions and answers, n / p page.
-    Only the visible page of rows goes to the browser.
+    The cells go to the browser at once (a compact row each: 8,800 at the paper's scale); the heavy texts go a
+    part at a time when a cell is opened (:meth:`fabnb.views.page.PageData.part`). The page asks for a part by
+    its name; any other message is refused.
 
     Parameters
     ----------
     explorer : Explorer or path
-        :class:`fabnb.views.explorer.Explorer`, or an experiment's output folder (``fabnb run``).
-    export_path : path
-        Where "export CSV" writes the filtered view.
+        :class:`fabnb.views.explorer.Explorer`, or an experiment's output folder (``fabnb run``), whose summary,
+        figures, comparison and calibration are then shown too.
     """
 
-    _esm = _asset("explorer.js")
-    _css = _asset("explorer.css")
+    _esm = _asset("results.js") + _asset("results-widget.js")
+    _css = _asset("results.css")
 
-    rows = traitlets.List().tag(sync=True)
-    columns = traitlets.List().tag(sync=True)
-    total = traitlets.Int(0).tag(sync=True)
-    shown = traitlets.Int(0).tag(sync=True)
-    page = traitlets.Int(0).tag(sync=True)
-    pages = traitlets.Int(0).tag(sync=True)
-    filters = traitlets.Dict().tag(sync=True)
-    options = traitlets.Dict().tag(sync=True)
-    sort = traitlets.Dict().tag(sync=True)
-    detail = traitlets.Dict().tag(sync=True)
-    comparison = traitlets.Dict().tag(sync=True)
+    summary = traitlets.Dict().tag(sync=True)
+    cells = traitlets.Dict().tag(sync=True)
 
-    def __init__(self, explorer, export_path: str | Path = "explorer-view.csv", **kwargs):
+    def __init__(self, explorer, **kwargs):
         from .explorer import Explorer
+        from .page import page_data
 
-        self.explorer = explorer if isinstance(explorer, Explorer) else Explorer.from_folder(explorer)
-        self.export_path = Path(export_path)
-        cells = self.explorer.cells
-        options = {col: sorted(cells[col].dropna().unique().tolist()) for col in
-                   ("system", "model", "context_k", "mode", "test_type", "question_format", "state")}
-        options["metric"] = self.explorer.metrics
-        super().__init__(options=_jsonable(options), total=len(cells), **kwargs)
-        self._refresh()
+        folder = None if isinstance(explorer, Explorer) else Path(explorer)
+        self.explorer = explorer if folder is None else Explorer.from_folder(folder)
+        self.data = page_data(self.explorer, folder, figures="inline")
+        super().__init__(summary=self.data.summary, cells=self.data.cells, **kwargs)
 
-    def _refresh(self, page: int = 0) -> None:
-        view = self.explorer.view()
-        size = self.explorer.page_size
-        self.pages = max(1, -(-len(view) // size))
-        self.page = min(max(0, page), self.pages - 1)
-        self.shown = len(view)
-        rows = view.iloc[self.page * size:(self.page + 1) * size]
-        self.columns = [c for c in view.columns if c not in ("model", "judge_failures")] + ["judge_failures"]
-        self.rows = _jsonable(rows.to_dict("records"))
-        self.filters = _jsonable(self.explorer.filters)
-        column, descending = self.explorer.sort_by
-        self.sort = {"column": column, "descending": descending}
-
-    def _do_filter(self, c):
-        changes = {k: v for k, v in c.items() if k != "action"}
-        for key in ("score_min", "score_max"):
-            if key in changes and changes[key] not in ("", None):
-                changes[key] = float(changes[key])
-        if "context_k" in changes and changes["context_k"] not in ("", None):
-            changes["context_k"] = float(changes["context_k"])
-        for key in ("judge_failures", "retrieval_miss", "flagged"):
-            if key in changes and not changes[key]:
-                changes[key] = None
-        self.explorer.filter(**changes)
-        self.detail, self.comparison = {}, {}
-        self._refresh()
-
-    def _do_sort(self, c):
-        self.explorer.sort(str(c["column"]), bool(c.get("descending")))
-        self._refresh(self.page)
-
-    def _do_page(self, c):
-        self._refresh(int(c.get("number", 0)))
-
-    def _do_open(self, c):
-        self.detail = _jsonable(self.explorer.detail(c["cell"]))
-
-    def _do_close(self, c):
-        self.detail, self.comparison = {}, {}
-
-    def _do_export(self, c):
-        path = self.explorer.export(c.get("path") or self.export_path)
-        self._stamp(f"{self.shown} rows to {path}")
-
-    def compare(self, a: dict, b: dict, metric: str | None = None) -> "ResultsExplorer":
-        """Show two configurations side by side, largest drop first (:meth:`fabnb.views.explorer.Explorer.compare`)."""
-        table = self.explorer.compare(a, b, metric)
-        col = metric or "average"
-        columns = ["test_id", f"{col}_a", f"{col}_b", "drop", *[f"{m}_diff" for m in self.explorer.metrics]]
-        self.detail = {}
-        self.comparison = {"a_label": ", ".join(f"{k} {v}" for k, v in a.items()),
-                           "b_label": ", ".join(f"{k} {v}" for k, v in b.items()), "columns": columns,
-                           "rows": _jsonable(table[columns].to_dict("records"))}
-        return self
+    def _do_load(self, c):
+        name = c.get("name")
+        if not isinstance(name, str):
+            raise ValueError("a part's name must be a string: 'questions' or detail-NNNN")
+        self.send({"name": name, "value": _jsonable(self.data.part(name))})
 
 
 def download_link(path: str | Path):
