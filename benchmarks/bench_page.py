@@ -71,13 +71,12 @@ def main() -> None:
             own.append(page.evaluate("window.FABNB_TIMING.open_ms"))
             n = page.evaluate("window.FABNB.data.cells.rows.length")
             system = page.evaluate("window.FABNB.data.cells.rows[0][0]")
-            for select, value in (("[data-filter=system]", system), ("[data-filter=context_k]", "8"), ("[data-filter=system]", ""),
-                                  ("[data-filter=state]", "judged"), ("[data-filter=context_k]", "")):
-                page.select_option(select, value)
+            for name, value in (("system", system), ("context_k", "8"), ("system", ""), ("state", "judged"),
+                                ("context_k", "")):
+                page.select_option(f"[data-filter={name}]", value)
                 changes.append(page.evaluate("window.FABNB_TIMING.filter_ms"))
-            for field, value in (("[data-filter=min]", "0.5"), ("[data-filter=text]", "Q01"), ("[data-filter=text]", ""),
-                                 ("[data-filter=min]", "")):
-                page.fill(field, value)
+            for name, value in (("min", "0.5"), ("text", "Q01"), ("text", ""), ("min", "")):
+                page.fill(f"[data-filter={name}]", value)
                 changes.append(page.evaluate("window.FABNB_TIMING.filter_ms"))
             start = time.perf_counter()
             page.locator("tr.fabnb-row").last.click()

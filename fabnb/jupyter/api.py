@@ -305,9 +305,9 @@ class Results:
         if not isinstance(name, str) or not _PAGE_FILE.fullmatch(name):
             raise ApiError(f"{str(name)[:80]!r} is no file of a results page.", 404)
         if name == "index.html":
-            self.explorer(rel)  # a folder that cannot be shown says why, naming the file
-            try:
-                fresh_page(folder, root=self.root, details=False)  # each detail file when a cell asks for it
+            ex, _ = self.explorer(rel)  # a folder that cannot be shown says why, naming the file
+            try:  # the kept explorer (not read twice); each detail file when a cell asks for it
+                fresh_page(folder, root=self.root, details=False, explorer=ex)
             except HeldError as exc:
                 raise ApiError(f"{exc} Reload the viewer in a moment.", 409) from None
         path = page_folder(folder) / name

@@ -229,7 +229,8 @@ def page_data(explorer, folder: str | Path | None = None, *, figures: str = "fil
 
 
 def export_page(folder: str | Path, out: str | Path, *, questions: pd.DataFrame | None = None,
-                page_cells: int = PAGE_CELLS, root: str | Path | None = None, details: bool = True) -> Path:
+                page_cells: int = PAGE_CELLS, root: str | Path | None = None, details: bool = True,
+                explorer=None) -> Path:
     """Write the static page of the run in ``folder`` into ``out``; returns ``out/index.html``.
 
     Parameters
@@ -250,6 +251,9 @@ def export_page(folder: str | Path, out: str | Path, *, questions: pd.DataFrame 
     details : bool
         Write the detail files too (the default). A page served by fabnb writes each when it is first asked for
         (:func:`write_part`), so a large run opens without writing 35 MB first.
+    explorer : Explorer, optional
+        The folder's :class:`fabnb.views.explorer.Explorer` when the caller has it (the Jupyter server keeps one
+        per run): not read again.
 
     Examples
     --------
@@ -274,8 +278,8 @@ def export_page(folder: str | Path, out: str | Path, *, questions: pd.DataFrame 
     from .explorer import Explorer
 
     folder, out = Path(folder), Path(out)
-    # a folder that is not a run's says so here, naming it
-    explorer = Explorer.from_folder(folder, questions=questions, root=root)
+    if explorer is None:  # a folder that is not a run's says so here, naming it
+        explorer = Explorer.from_folder(folder, questions=questions, root=root)
     if out.resolve() == folder.resolve():
         raise ValueError(f"--html {out} is the run's own folder; name a new folder for the page.")
     out.mkdir(parents=True, exist_ok=True)
@@ -334,7 +338,7 @@ def page_folder(folder: str | Path) -> Path:
     return cache_dir() / "pages" / hashlib.sha256(str(Path(folder).resolve()).encode()).hexdigest()[:16]
 
 
-def fresh_page(folder: str | Path, root: str | Path | None = None, *, details: bool = True) -> Path:
+def fresh_page(folder: str | Path, root: str | Path | None = None, *, details: bool = True, explorer=None) -> Path:
     """The page of the run in ``folder``, kept in fabnb's cache (``<cache>/pages/``) and exported again only when
     the run changed since (a store grew, the report or ``compare.json`` was written) or fabnb's renderer did: what
     ``fabnb explore`` and JupyterLab's results viewer show. Returns its ``index.html``. ``details=False`` leaves
@@ -362,7 +366,7 @@ def fresh_page(folder: str | Path, root: str | Path | None = None, *, details: b
         want = f"{_fingerprint(folder)} root={root}"  # the server's page (questions confined to its root) is its own
         if stamp.exists() and stamp.read_text(encoding="utf-8") == want and (out / "index.html").exists():
             return out / "index.html"
-        index = export_page(folder, out, root=root, details=details)
+        index = export_page(folder, out, root=root, details=details, explorer=explorer)
         with hold(out, "an export of a results page"):
             stamp.write_text(want, encoding="utf-8")
         return index
