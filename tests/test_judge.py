@@ -431,6 +431,21 @@ def test_the_grid_stores_what_the_flags_read_and_a_store_without_it_gets_the_sam
     mixed = pd.concat([stored.head(2), old.tail(1)])  # one answer from an older store: only it is tokenized
     monkeypatch.setattr(sanity, "word_measures", word_measures)
     assert judge_flags(scores, mixed)["flags"].tolist() == computed
+    # The answer's language too (the detector took 4 s of the viewer's cold open over 8,800 answers): stored by the
+    # grid, read from the store; an older store's answers are detected on reading.
+    assert stored.set_index("test_id")["answer_language"].to_dict() == {"q1": "", "q2": "en", "q3": ""}
+    import fabnb.core.language
+
+    def no_detector(text):
+        pytest.fail(f"detected the language of a stored answer: {text!r}")
+    monkeypatch.setattr(fabnb.core.language, "sure_language", no_detector)
+    english = pd.DataFrame({"test_id": list(texts), "question": ["Which process step sets the gate oxide thickness "
+                                                                 "in this flow, and why?"] * 3})
+    assert judge_flags(scores, stored, english)["flags"].tolist() == computed
+    relabelled = stored.assign(answer_language=["", "fr", ""])  # what the store says is what is flagged
+    assert judge_flags(scores, relabelled, english)["flags"].tolist()[2:4] == ["language"] * 2
+    with pytest.raises(pytest.fail.Exception, match="detected the language"):
+        judge_flags(scores, stored.drop(columns=["answer_language"]), english)
 
 
 def test_each_flag_fires_on_its_case_and_not_on_a_plain_good_answer():

@@ -81,7 +81,7 @@ RENAMED_MODELS: dict[str, str] = {"gemma-3-270m-it-q4_k_m": "gemma-3-270m-q4_k_m
 RESULT_COLUMNS: list[str] = [*RESULT_KEYS, "output_tokens", "status", "cause", "error", "answer", "n_sources",
                              "sources_exposed", "sources", "gold_retrieved", "context_tokens", "prompt_tokens",
                              "completion_tokens", "latency_s", "context_signal", "answer_words",
-                             "answer_repetition", "ts"]
+                             "answer_repetition", "answer_language", "ts"]
 
 #: The key of one judge score in a score store (:func:`fabnb.judge.score_store`): an answer's key, the metric
 #: and the replicate. Not :data:`SCORE_KEYS`, which are the optional key columns of a score frame.

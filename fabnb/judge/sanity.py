@@ -27,8 +27,8 @@ import pandas as pd
 from ..core.schema import RESULT_KEYS
 from ..core.text import repetition_share, word_measures
 
-__all__ = ["FLAGS", "HIGH_SCORE", "MIN_REASON_WORDS", "NEAR_EMPTY_WORDS", "REPETITION_SHARE", "answer_measures",
-           "judge_flags", "repetition_share"]
+__all__ = ["FLAGS", "HIGH_SCORE", "MIN_REASON_WORDS", "NEAR_EMPTY_WORDS", "REPETITION_SHARE", "answer_languages",
+           "answer_measures", "judge_flags", "repetition_share"]
 
 #: Share of an answer's word trigrams that repeat an earlier one, above which the answer is "repetitive". The 200
 #: released gold answers range 0 to 0.25 (median 0.02, 99th percentile 0.16); an answer that says one phrase seven
@@ -88,17 +88,37 @@ def answer_measures(answers: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"answer_words": words, "answer_repetition": repetition}, index=answers.index)
 
 
-def _language_flags(out: pd.DataFrame, text: pd.Series, ok: np.ndarray, questions) -> np.ndarray:
-    """Scores of answers surely in another language than the questions (or, without them, than the answers'
-    common language); each distinct answer text read once."""
-    from ..core.language import common_language, other_language
+def answer_languages(answers: pd.DataFrame) -> pd.Series:
+    """Each answer's sure language (:func:`fabnb.core.language.sure_language`, "" when unsure), indexed as
+    ``answers``: the grid stores it (``answer_language``); an answer stored without it (an older store, a file of
+    the user's) gets it here, each distinct text read once.
+
+    >>> answer_languages(pd.DataFrame({"answer": ["Strain.", "x"], "answer_language": [None, "fr"]})).tolist()
+    ['', 'fr']
+    """
+    stored = (answers["answer_language"] if "answer_language" in answers.columns
+              else pd.Series(None, index=answers.index, dtype=object))
+    out = stored.astype(object).copy()
+    missing = ~stored.map(lambda v: isinstance(v, str)).to_numpy(bool)
+    if missing.any():
+        from ..core.language import sure_language
+
+        texts = answers["answer"][missing]
+        seen = {t: sure_language(t) for t in pd.unique(texts.dropna())}
+        out[missing] = texts.map(seen).fillna("").to_numpy(object)
+    return out
+
+
+def _language_flags(lang: np.ndarray, text: pd.Series, ok: np.ndarray, questions) -> np.ndarray:
+    """Scores of answers surely in another language (``lang``, each score's answer's) than the questions (or,
+    without them, than the answers' common language)."""
+    from ..core.language import common_language
 
     sample = questions["question"] if questions is not None and "question" in questions.columns else text
     expected = common_language(sample)
     if expected is None:
-        return np.zeros(len(out), dtype=bool)
-    other = {t: other_language(t, expected) is not None for t in pd.unique(text[ok])}
-    return ok & text.map(other).fillna(False).to_numpy(bool)
+        return np.zeros(len(lang), dtype=bool)
+    return ok & (lang != "") & (lang != expected)
 
 
 def judge_flags(scores: pd.DataFrame, answers: pd.DataFrame | None = None,
@@ -144,13 +164,14 @@ def judge_flags(scores: pd.DataFrame, answers: pd.DataFrame | None = None,
             n_words, repetitive = measures["answer_words"], measures["answer_repetition"] > REPETITION_SHARE
             # One left merge puts each answer's values beside its scores (in their order): a MultiIndex.map per
             # column took 1 s of the explorer's start at the paper's scale.
-            per = pd.DataFrame({"_text": by_key["answer"], "_words": n_words, "_rep": repetitive}).reset_index()
+            per = pd.DataFrame({"_text": by_key["answer"], "_words": n_words, "_rep": repetitive,
+                                "_lang": answer_languages(by_key)}).reset_index()
             joined = out[keys].reset_index(drop=True).merge(per, on=keys, how="left")
             text = pd.Series(joined["_text"].to_numpy(), index=out.index)
             words = joined["_words"].to_numpy(float)
             raised["repetitive"] = ok & joined["_rep"].fillna(False).to_numpy(bool)
             raised["empty_high"] = ok & (words < NEAR_EMPTY_WORDS) & (score >= HIGH_SCORE)
-            raised["language"] = _language_flags(out, text, ok, questions)
+            raised["language"] = _language_flags(joined["_lang"].fillna("").to_numpy(object), text, ok, questions)
         if "reason" in out.columns:
             verdict = {r: _says_nothing(r) for r in pd.unique(out["reason"])}  # a judge repeats its reasons
             raised["empty_reason"] = ok & out["reason"].map(verdict).fillna(False).to_numpy(bool)

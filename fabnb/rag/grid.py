@@ -79,8 +79,10 @@ def ask_cell(system, question: dict, config: RAGConfig, mode: str) -> dict:
 
 def _measures(answer) -> dict:
     """What the judge's sanity flags read of an answer, stored with it so a results view need not tokenize it."""
+    from ..core.language import sure_language
+
     words, repetition = word_measures(answer if isinstance(answer, str) else "")
-    return {"answer_words": words, "answer_repetition": repetition}
+    return {"answer_words": words, "answer_repetition": repetition, "answer_language": sure_language(answer)}
 
 
 class GridRun(StageRun):
