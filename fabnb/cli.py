@@ -203,6 +203,35 @@ def _compare(args: argparse.Namespace) -> int:
     return comparison.exit_code(args.fail_on_regression, args.fail_on_inconclusive)
 
 
+def _history(args: argparse.Namespace) -> int:
+    from .core.errors import FabnbError
+    from .experiment.history import history_markdown, run_history
+
+    try:
+        table = run_history(args.folder)
+        if args.metric not in set(table["metric"]):
+            raise ValueError(f"--metric {args.metric!r} is not scored in these runs; metrics: "
+                             f"{', '.join(sorted(set(table['metric'])))}")
+        out = Path(args.out or args.folder)
+        out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out / "history.csv", index=False)
+        md = history_markdown(table, args.metric)
+        (out / "history.md").write_text(md + "\n", encoding="utf-8")
+        from matplotlib.figure import Figure
+
+        from .analysis.plots import plot_history
+
+        fig = Figure(figsize=(8, 4.5))
+        plot_history(table, args.metric, ax=fig.add_subplot())
+        fig.savefig(out / "history.png", dpi=120, bbox_inches="tight")
+    except (FabnbError, ValueError, OSError) as exc:
+        print(f"fabnb history: {exc}", file=sys.stderr)
+        return EXIT["usage"]
+    print(md)
+    print(f"wrote {out / 'history.md'}, {out / 'history.csv'} (every metric) and {out / 'history.png'}")
+    return EXIT["ok"]
+
+
 def _export(args: argparse.Namespace) -> int:
     from .core.errors import FabnbError
     from .views.page import export_page
@@ -334,6 +363,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "keep its cells (recorded in the manifest); repeat for several")
     run.set_defaults(run=_run)
     _add_compare(sub)
+    his = sub.add_parser("history", help="a folder of runs as a history: each metric's trend with its intervals")
+    his.add_argument("folder", help="a folder holding run folders (fabnb run's outputs)")
+    his.add_argument("--metric", default="average", help="the metric history.md and the figure show (default: "
+                                                            "%(default)s; history.csv holds them all)")
+    his.add_argument("--out", help="where history.md, history.csv and history.png go (default: FOLDER)")
+    his.set_defaults(run=_history)
     exo = sub.add_parser("export", help="a run's results as a static page: no server, opens from file://")
     exo.add_argument("folder", help="the output folder of fabnb run (with compare.json if fabnb compare wrote one)")
     exo.add_argument("--html", required=True, metavar="OUT", help="the page's folder (index.html, data/, figures/)")

@@ -28,7 +28,7 @@ from ..core.scores import at_window, metric_sweep
 from .curves import MIN_FIT_WINDOWS, fit_log_curves, fit_logistic_curves, predict_log_curve, predict_logistic_curve
 
 __all__ = ['plot_breakdown', 'plot_correlations', 'plot_deltas', 'plot_failures', 'plot_frameworks', 'plot_generation',
-           'plot_mode_gap', 'plot_radar', 'plot_scaling']
+           'plot_history', 'plot_mode_gap', 'plot_radar', 'plot_scaling']
 
 
 def _axes(ax, polar: bool = False, size=(7, 4.5)):
@@ -457,4 +457,55 @@ def plot_failures(table: pd.DataFrame, by: str = "configuration", ax=None, title
     ax.set_title(title or f"RAG-TESTER failures by {by}")
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(axis="x", alpha=0.3)
+    return ax
+
+
+def plot_history(table: pd.DataFrame, metric: str = AVERAGE, ax=None):
+    """One metric's trend over a folder of runs, each run's pooled mean with its interval, a line per system
+    (``fabnb history``). A run not comparable with the one before (other questions or another judge) is drawn
+    hollow, after a dashed line: the trend does not run through it unmarked.
+
+    Parameters
+    ----------
+    table : DataFrame
+        From :func:`fabnb.experiment.history.run_history` (order, name, system, metric, mean, ci_low, ci_high,
+        comparable).
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"order": [0, 1, 2], "name": ["a", "b", "c"], "system": "s", "metric": "average",
+    ...                   "mean": [0.5, 0.6, 0.55], "ci_low": [0.4, 0.5, 0.45], "ci_high": [0.6, 0.7, 0.65],
+    ...                   "comparable": [True, True, False]})
+    >>> ax = plot_history(t)
+    >>> [t.get_text() for t in ax.get_xticklabels()], len(ax.lines) > 0
+    (['0: a', '1: b', '2: c'], True)
+    """
+    t = table[table["metric"] == metric]
+    if not len(t):
+        raise ValueError(f"the history has no {metric!r} scores; metrics: {', '.join(sorted(set(table['metric'])))}")
+    ax = _axes(ax)
+    systems = sorted(t["system"].unique())
+    for color, system in zip(_palette(len(systems)), systems):
+        rows = t[t["system"] == system].sort_values("order")
+        x, m = rows["order"].to_numpy(float), rows["mean"].to_numpy(float)
+        below = np.clip(m - rows["ci_low"].to_numpy(float), 0, None)
+        above = np.clip(rows["ci_high"].to_numpy(float) - m, 0, None)
+        ax.errorbar(x, m, yerr=[np.nan_to_num(below), np.nan_to_num(above)], color=color, capsize=3, marker="o",
+                    label=system)
+        broken = ~rows["comparable"].to_numpy(bool)
+        ax.scatter(x[broken], m[broken], s=80, facecolors="white", edgecolors=color, zorder=3)
+    runs = t.drop_duplicates("order").sort_values("order")
+    for order in runs.loc[~runs["comparable"].to_numpy(bool), "order"]:
+        ax.axvline(order - 0.5, color="grey", ls="--", lw=0.8)
+    ax.set_xticks(runs["order"], [f"{o}: {n}" for o, n in zip(runs["order"], runs["name"])], rotation=30,
+                  ha="right", fontsize=8)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel(f"{metric} (pooled over windows), with its interval")
+    ax.set_title(f"History: {metric}, run after run (hollow: other questions or judge than the run before)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
     return ax

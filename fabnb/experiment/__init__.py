@@ -20,7 +20,8 @@ The subjects, one module each:
 - :mod:`~fabnb.experiment.progress`: a run's live state (its marker, ``progress.json``, :func:`run_status`);
 - :mod:`~fabnb.experiment.run`: the run, one function per stage (:func:`run_experiment`);
 - :mod:`~fabnb.experiment.report`: ``summary.md`` and ``report/``;
-- :mod:`~fabnb.experiment.comparison`: two runs compared, and the regression gate (``fabnb compare``).
+- :mod:`~fabnb.experiment.comparison`: two runs compared, and the regression gate (``fabnb compare``);
+- :mod:`~fabnb.experiment.history`: a folder of runs as each metric's trend (``fabnb history``).
 
 Examples
 --------
@@ -60,6 +61,7 @@ from .config import (
                      systems_from_tables,
 )
 from .fields import FIGURE_FORMATS, check_range, check_table, no_duplicates, resolve_path
+from .history import HISTORY_COLUMNS, history_markdown, run_folders, run_history
 from .output import (
                      FAILURE_COLUMNS,
                      TALLY_COLUMNS,
@@ -103,12 +105,13 @@ from .run import ConfirmationNeeded, ExperimentRun, run_experiment
 
 __all__ = ["ALLOWABLE", "CONFIRM_HOURS", "CONFIRM_USD", "COVERAGE_COLUMNS", "Comparison", "ComparisonError",
            "ConfirmationNeeded", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment", "ExperimentError",
-           "ExperimentRun", "FAILURE_COLUMNS", "FEW_QUESTIONS", "FIGURE_FORMATS", "JudgeSpec", "MARKER", "MAX_WINDOWS",
-           "PLAN_COLUMNS", "PRICES", "PROBES_FILE", "PROBE_COLUMNS", "PROGRESS", "Plan", "PlanInputs", "ProgressFile",
-           "QuestionsSpec", "RANGES", "RUN_STATES", "ReportFiles", "ReportSpec", "SystemSpec", "TALLY_COLUMNS",
-           "caveats", "check_output", "check_range", "check_table", "compare_runs", "compare_scores", "cost_of",
-           "coverage", "failures", "find_runs", "keep_probes", "kept_probes", "no_duplicates", "plan", "price_of",
-           "price_text", "prices_from_table", "probe_endpoints", "question_scores", "questions_hash", "read_manifest",
-           "read_progress", "read_run", "resolve_path", "run_differences", "run_experiment", "run_status",
-           "scores_by_question", "spent", "stored", "stores", "systems_from_tables", "tally", "write_json",
-           "write_manifest", "write_marker", "write_report"]
+           "ExperimentRun", "FAILURE_COLUMNS", "FEW_QUESTIONS", "FIGURE_FORMATS", "HISTORY_COLUMNS", "JudgeSpec",
+           "MARKER", "MAX_WINDOWS", "PLAN_COLUMNS", "PRICES", "PROBES_FILE", "PROBE_COLUMNS", "PROGRESS", "Plan",
+           "PlanInputs", "ProgressFile", "QuestionsSpec", "RANGES", "RUN_STATES", "ReportFiles", "ReportSpec",
+           "SystemSpec", "TALLY_COLUMNS", "caveats", "check_output", "check_range", "check_table", "compare_runs",
+           "compare_scores", "cost_of", "coverage", "failures", "find_runs", "keep_probes", "kept_probes",
+           "no_duplicates", "plan", "price_of", "price_text", "prices_from_table", "probe_endpoints",
+           "question_scores", "questions_hash", "read_manifest", "read_progress", "read_run", "resolve_path",
+           "run_differences", "run_experiment", "run_status", "scores_by_question", "spent", "stored", "stores",
+           "systems_from_tables", "tally", "write_json", "write_manifest", "write_marker", "write_report",
+           "history_markdown", "run_folders", "run_history"]
