@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -163,6 +164,23 @@ def test_the_extension_end_to_end_in_a_real_browser(tmp_path, fab_bench_dir):
             assert runs_box.locator(".fabnb-verdict").inner_text() == "verdict: inconclusive"
             assert "average candidate - base = 0.000, no interval (n = 1)" in runs_box.inner_text()
             _shot(page, "compare")
+            # Two runs picked in the sidebar: the candidate's viewer compares itself with the base at once.
+            shutil.copytree(work / "fabnb-runs" / "experiment", work / "fabnb-runs" / "copy",
+                            ignore=shutil.ignore_patterns("*.lock"))
+            page.evaluate("() => { window.jupyterapp.shell.activateById('fabnb-runs'); }")
+            page.evaluate("() => document.querySelector('.fabnb-compare-runs .fabnb-verdict').remove()")
+            sidebar = page.locator("#fabnb-runs")
+            sidebar.locator("button", has_text="Refresh").click()
+            copy = sidebar.locator(".fabnb-run[data-path='fabnb-runs/copy'] input.fabnb-pick-run")
+            copy.wait_for(timeout=30_000)
+            assert sidebar.locator("button.fabnb-compare-picked").is_disabled()
+            copy.check()
+            sidebar.locator(".fabnb-run[data-path='fabnb-runs/experiment'] input.fabnb-pick-run").check()
+            assert "base fabnb-runs/copy, candidate fabnb-runs/experiment" in sidebar.inner_text()
+            sidebar.locator("button.fabnb-compare-picked").click()
+            runs_box.locator(".fabnb-verdict").wait_for(timeout=60_000)
+            assert runs_box.locator("select[name='base']").input_value() == "fabnb-runs/copy"
+            assert runs_box.locator(".fabnb-verdict").inner_text() == "verdict: inconclusive"
             # "Rate a sample of this run": the study drawn, its rating page in the viewer, one answer scored 10.
             experts = viewer.locator(".fabnb-experts")
             assert "Not calibrated" in experts.inner_text()

@@ -146,6 +146,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
           autoClose: false,
           actions: [{ label: 'Open results', callback: () => void openRun(r.path) }]
         });
+      },
+      async (base: string, candidate: string) => {
+        // The candidate's viewer, its "Compare with another run" set to the base and run.
+        const widget = (await openRun(candidate)) as IDocumentWidget<ResultsViewer> | undefined;
+        widget?.content.compareWith(base);
       }
     );
     runs.title.icon = ICON;

@@ -22,10 +22,14 @@ export class RunsPanel extends Widget {
   private status = el('div', '', 'fabnb-muted');
   private timer = 0;
   private last: Map<string, string> = new Map();
+  // Two runs picked to compare, in the order picked: the first is the base, the second the candidate.
+  private picked: string[] = [];
+  private compareBox = el('div', '', 'fabnb-pick');
 
   constructor(
     private open: (run: IRun) => void,
-    private onEnded: (run: IRun) => void
+    private onEnded: (run: IRun) => void,
+    private compare: (base: string, candidate: string) => void = () => undefined
   ) {
     super();
     this.id = 'fabnb-runs';
@@ -34,7 +38,30 @@ export class RunsPanel extends Widget {
     this.title.caption = 'FAB-Bench runs';
     const refresh = el('button', 'Refresh', 'jp-Button fabnb-button');
     refresh.onclick = () => void this.refresh();
-    this.node.append(el('h2', 'FAB-Bench runs'), refresh, this.status, this.list);
+    this.node.append(el('h2', 'FAB-Bench runs'), refresh, this.compareBox, this.status, this.list);
+    this.drawPicked();
+  }
+
+  /** "Compare": enabled once two runs are picked (the first picked is the base). */
+  private drawPicked(): void {
+    const go = el('button', 'Compare the two picked', 'jp-Button fabnb-button fabnb-compare-picked');
+    go.disabled = this.picked.length !== 2;
+    go.onclick = () => this.compare(this.picked[0], this.picked[1]);
+    const said = this.picked.length === 2 ? `base ${this.picked[0]}, candidate ${this.picked[1]}`
+      : 'pick two finished runs to compare (the first picked is the base)';
+    this.compareBox.replaceChildren(go, el('div', said, 'fabnb-muted'));
+  }
+
+  private pick(path: string, on: boolean): void {
+    this.picked = this.picked.filter(p => p !== path);
+    if (on) {
+      this.picked.push(path);
+    }
+    this.picked = this.picked.slice(-2);  // a third pick drops the oldest
+    this.drawPicked();
+    for (const box of Array.from(this.list.querySelectorAll<HTMLInputElement>('input.fabnb-pick-run'))) {
+      box.checked = this.picked.includes(box.value);
+    }
   }
 
   protected onAfterShow(): void {
@@ -70,6 +97,7 @@ export class RunsPanel extends Widget {
       this.last.set(r.path, r.state);
     }
     this.status.textContent = runs.length ? '' : 'No runs under this folder yet: open an experiment file and press Run.';
+    this.picked = this.picked.filter(p => runs.some(r => r.path === p));  // a run gone from the root is unpicked
     this.list.replaceChildren(...runs.map(r => this.item(r)));
   }
 
@@ -93,7 +121,13 @@ export class RunsPanel extends Widget {
     const title = el('button', r.name, 'fabnb-run-name');
     title.title = `Open ${r.path}`;
     title.onclick = () => this.open(r);
-    box.append(title, el('span', ` ${r.state}`, 'fabnb-run-state'));
+    const pick = el('input', '', 'fabnb-pick-run');
+    pick.type = 'checkbox';
+    pick.value = r.path;
+    pick.title = 'pick to compare (fabnb compare)';
+    pick.checked = this.picked.includes(r.path);
+    pick.onchange = () => this.pick(r.path, pick.checked);
+    box.append(pick, title, el('span', ` ${r.state}`, 'fabnb-run-state'));
     box.append(el('div', r.path, 'fabnb-muted'));
     if (r.progress && r.state === 'running') {
       const p = r.progress;

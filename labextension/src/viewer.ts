@@ -22,6 +22,7 @@ export class ResultsViewer extends Widget {
   private runs = el('div', '', 'fabnb-compare-runs');
   private experts = el('div', '', 'fabnb-experts');
   private info: any = null;
+  private base: string | null = null;  // a base to compare with as soon as the runs are listed
 
   constructor(private path: string) {
     super();
@@ -60,6 +61,14 @@ export class ResultsViewer extends Widget {
     this.showPage('');
     void this.drawRuns();
     this.drawExperts();
+  }
+
+  /** Compare this run (the candidate) with ``base`` (a run's folder), as "Compare" in the runs sidebar asks. */
+  compareWith(base: string): void {
+    this.base = base;
+    if (this.info) {
+      void this.drawRuns();
+    }
   }
 
   // The page in the frame; a cell (an item of a comparison) opens there by the address's #cell=.
@@ -111,6 +120,12 @@ export class ResultsViewer extends Widget {
       }
     };
     this.runs.replaceChildren(el('span', 'base '), base, el('span', ' margin '), margin, go, out);
+    if (this.base !== null) {
+      base.value = this.base;
+      this.base = null;
+      this.runs.scrollIntoView?.({ block: 'nearest' });
+      go.click();
+    }
   }
 
   // "Rate a sample of this run": the server draws the study and writes its rating page, which Voilà renders here;
