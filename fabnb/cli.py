@@ -205,6 +205,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _history(args: argparse.Namespace) -> int:
     from .core.errors import FabnbError
+    from .core.files import write_whole
     from .experiment.history import history_markdown, run_history
 
     try:
@@ -214,9 +215,9 @@ def _history(args: argparse.Namespace) -> int:
                              f"{', '.join(sorted(set(table['metric'])))}")
         out = Path(args.out or args.folder)
         out.mkdir(parents=True, exist_ok=True)
-        table.to_csv(out / "history.csv", index=False)
+        write_whole(out / "history.csv", table.to_csv(index=False))
         md = history_markdown(table, args.metric)
-        (out / "history.md").write_text(md + "\n", encoding="utf-8")
+        write_whole(out / "history.md", md + "\n")
         from matplotlib.figure import Figure
 
         from .analysis.plots import plot_history

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from .errors import FabnbError
 
-__all__ = ["MAX_FILE_BYTES", "FileRefused", "inside", "read_bytes", "read_text"]
+__all__ = ["MAX_FILE_BYTES", "FileRefused", "inside", "read_bytes", "read_text", "write_whole"]
 
 #: The largest file of each kind fabnb reads, in bytes: what is larger is refused with its size and this cap.
 MAX_FILE_BYTES = {
@@ -122,3 +122,21 @@ def read_text(path: str | Path, *, setting: str, max_bytes: int = MAX_FILE_BYTES
         line = data[:exc.start].count(b"\n") + 1
         raise FileRefused(setting, path, f"is not UTF-8 text (byte {exc.start}, line {line}: "
                           f"{data[exc.start:exc.start + 1]!r}); save it as UTF-8.") from None
+
+
+def write_whole(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` whole or not at all (``<name>.tmp``, then a rename): a kill never leaves half a
+    file, and a reader sees the old file or the new one.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> path = write_whole(Path(tempfile.mkdtemp()) / "summary.md", "# results\\n")
+    >>> path.read_text(), sorted(p.name for p in path.parent.iterdir())
+    ('# results\\n', ['summary.md'])
+    """
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path

@@ -347,14 +347,12 @@ class Comparison:
 
     def write(self, folder: str | Path) -> tuple[Path, Path]:
         """Write ``compare.md`` and ``compare.json`` into ``folder`` (made if missing), each whole or not at all."""
+        from ..core.files import write_whole
         from .output import write_json
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        md = folder / "compare.md"
-        tmp = md.with_name(md.name + ".tmp")
-        tmp.write_text(self.markdown(), encoding="utf-8")
-        tmp.replace(md)
+        md = write_whole(folder / "compare.md", self.markdown())
         write_json(folder / "compare.json", self.to_json(), indent=1)
         return md, folder / "compare.json"
 

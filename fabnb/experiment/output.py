@@ -13,7 +13,6 @@ import datetime as _dt
 import hashlib
 import importlib.metadata
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
@@ -74,9 +73,9 @@ def json_records(frame: pd.DataFrame) -> list[dict]:
 
 def write_json(path: Path, data: dict, indent: int | None = None) -> None:
     """Write a JSON file whole or not at all (``<name>.tmp``, then a rename): a kill never leaves half of it."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=indent, default=str, allow_nan=False), encoding="utf-8")
-    os.replace(tmp, path)
+    from ..core.files import write_whole
+
+    write_whole(path, json.dumps(data, indent=indent, default=str, allow_nan=False))
 
 
 def write_manifest(out: Path, manifest: dict) -> None:

@@ -619,11 +619,10 @@ def calibrate(folder: str | Path, *, gate: dict | None = None, n_boot: int = 100
               "self_preference": None if preference is None else json.loads(preference.to_json(orient="records")),
               "corrected_means": None if corrected is None else json.loads(corrected.to_json(orient="records"))}
     result = _strict(result)
-    for name, text in (("calibration.json", json.dumps(result, indent=1, allow_nan=False)),
-                       ("calibration.md", "\n".join(markdown(result, folder)))):
-        tmp = study / f"{name}.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(study / name)
+    from ..core.files import write_whole
+
+    write_whole(study / "calibration.json", json.dumps(result, indent=1, allow_nan=False))
+    write_whole(study / "calibration.md", "\n".join(markdown(result, folder)))
     return result
 
 

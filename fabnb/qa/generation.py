@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.bars import stage_bar
+from ..core.files import write_whole
 from ..core.schema import TEST_TYPES
 from ..core.text import QUOTE_SHARE, quoted_share, word_tokens
 from ..corpus.terms import KnowledgeBase
@@ -686,8 +687,6 @@ def write_pairs(pairs: list[dict], folder: str | Path) -> list[Path]:
     for pair in pairs:
         path = root / FOLDERS[pair["test_type"]] / f"{pair['test_id']}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(pair, indent=2, ensure_ascii=False), encoding="utf-8")
-        tmp.replace(path)
+        write_whole(path, json.dumps(pair, indent=2, ensure_ascii=False))
         paths.append(path)
     return paths

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import FabnbError
-from ..core.files import MAX_FILE_BYTES, FileRefused, read_text
+from ..core.files import MAX_FILE_BYTES, FileRefused, read_text, write_whole
 from ..core.records import append_jsonl, read_jsonl, warn_cut
 from .access import MAX_RATER_NAME, rater_name_problem  # the one rule for names, kept there
 
@@ -542,9 +542,7 @@ def write_manifests(assignments: pd.DataFrame, folder: str | Path) -> list[Path]
     paths = []
     for rater, group in assignments.groupby("rater", sort=True):
         path = manifest_path(folder, rater)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"rater": rater, "items": group["item_id"].tolist()}, indent=1), encoding="utf-8")
-        tmp.replace(path)
+        write_whole(path, json.dumps({"rater": rater, "items": group["item_id"].tolist()}, indent=1))
         paths.append(path)
     return paths
 

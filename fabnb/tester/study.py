@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import FabnbError
+from ..core.files import write_whole
 from ..core.stats import krippendorff_alpha
 from ..corpus.collection import corpus_from_frame
 from ..corpus.passages import CoverageTracker
@@ -558,10 +559,9 @@ def _load_or_generate_tests(folder: Path, chunks, tester, n, seed):
         tests["keywords"] = tests["keywords"].map(tuple)
         return TestSuite(tests, pd.DataFrame(saved["rejected"], columns=[*TEST_REJECT_COLUMNS, "source_doc"]))
     suite = generate_tests(chunks, tester, n, seed=seed)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"fingerprint": key, "tests": suite.tests.to_dict("records"),
-                               "rejected": suite.rejected.to_dict("records")}, default=str), encoding="utf-8")
-    tmp.replace(path)  # atomic: a killed run leaves either no tests or all of them
+    # whole or not at all: a killed run leaves either no tests or all of them
+    write_whole(path, json.dumps({"fingerprint": key, "tests": suite.tests.to_dict("records"),
+                                  "rejected": suite.rejected.to_dict("records")}, default=str))
     return suite
 
 

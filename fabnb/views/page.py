@@ -357,6 +357,7 @@ def fresh_page(folder: str | Path, root: str | Path | None = None, *, details: b
     True
     >>> del os.environ["FABNB_CACHE_DIR"]
     """
+    from ..core.files import write_whole
     from ..core.records import hold
 
     folder = Path(folder).resolve()
@@ -368,7 +369,7 @@ def fresh_page(folder: str | Path, root: str | Path | None = None, *, details: b
             return out / "index.html"
         index = export_page(folder, out, root=root, details=details, explorer=explorer)
         with hold(out, "an export of a results page"):
-            stamp.write_text(want, encoding="utf-8")
+            write_whole(stamp, want)
         return index
 
 
