@@ -35,6 +35,7 @@ from ..core.files import MAX_FILE_BYTES, FileRefused, read_text
 from ..core.paths import cache_dir
 from ..core.schema import METRICS, QUESTION_FORMATS, TEST_TYPES
 from ..corpus.collection import SECTION_COLUMNS, corpus_from_frame
+from .plain import PLAIN_SUFFIXES, PlainError, plain_records
 
 __all__ = ['DatasetError', 'FAB_BENCH_COMMIT', 'FAB_BENCH_REPOSITORY', 'GoldSource', 'MAX_ARCHIVE_BYTES',
            'OBJECTIVE_PREFIXES', 'QAPair', 'QASet', 'QA_FRAME_COLUMNS', 'cache_dir', 'download_fab_bench',
@@ -157,12 +158,13 @@ class QASet:
 
 
 def read_qa_files(paths, on_error: str = "warn") -> QASet:
-    """Read FAB-Bench-format QA JSON files; a broken file is listed, the rest load.
+    """Read FAB-Bench-format QA JSON files, or one's own questions in a CSV or JSON Lines file (a question a row:
+    :mod:`fabnb.data.plain`); a broken file or row is listed, the rest load.
 
     Parameters
     ----------
-    paths : iterable of paths, or a folder (searched recursively for ``*.json``
-        other than ``_benchmark_summary.json``)
+    paths : iterable of paths, a folder (searched recursively for ``*.json`` other than
+        ``_benchmark_summary.json``), or one file (``.json``, ``.csv`` or ``.jsonl``)
     on_error : {"warn", "raise"}
         ``"raise"`` reads every file, then raises one :class:`DatasetError` that names every
         bad file; ``"warn"`` keeps what loads and lists the rest in ``problems``.
@@ -187,6 +189,9 @@ def read_qa_files(paths, on_error: str = "warn") -> QASet:
     pairs, problems, seen = [], [], {}
     for path in paths:
         path = Path(path)
+        if path.suffix.lower() in PLAIN_SUFFIXES:  # one's own questions, a row each (fabnb.data.plain)
+            _read_plain(path, pairs, problems, seen)
+            continue
         try:
             try:
                 record = json.loads(read_text(path, setting="QA file", max_bytes=MAX_FILE_BYTES["qa"]))
@@ -210,6 +215,28 @@ def read_qa_files(paths, on_error: str = "warn") -> QASet:
         raise DatasetError(f"{len(problems)} QA file(s) could not be read:\n{listing}")
     pairs.sort(key=lambda p: p.test_id)
     return QASet(pairs, pd.DataFrame(problems, columns=["path", "message"]))
+
+
+def _read_plain(path: Path, pairs: list, problems: list, seen: dict) -> None:
+    """The rows of a plain question file (CSV or JSONL) into ``pairs``; a file that cannot be read, or a row that
+    does not check, into ``problems`` (its line named)."""
+    try:
+        records = plain_records(path)
+    except PlainError as exc:
+        message = str(exc).removeprefix(f"{path.name}: ").removeprefix(f"{path.name}, ")  # the path is its column
+        problems.append({"path": str(path), "message": message})
+        return
+    for where, record in records:
+        try:
+            pair = parse_qa(record, where)
+            if pair.test_id in seen:
+                raise DatasetError(f"{where}: test_id {pair.test_id!r} already read from {seen[pair.test_id]}; "
+                                   "give each row its own id.")
+        except DatasetError as exc:
+            problems.append({"path": str(path), "message": str(exc).removeprefix(f"{path.name}, ")})
+            continue
+        seen[pair.test_id] = where
+        pairs.append(pair)
 
 
 QA_FRAME_COLUMNS = ["test_id", "test_type", "question_format", "objective_subtype", "question", "ground_truth_answer",

@@ -73,8 +73,9 @@ class QuestionsSpec:
 
 
 def _check_questions_source(source: str, where: str, text: str | None) -> None:
-    """A questions source is a folder of QA JSON files or one such regular file (``/dev/zero``, a pipe or a
-    device is refused here, before anything reads it)."""
+    """A questions source is a folder of QA JSON files, one such file, or a CSV or JSON Lines file of one's own
+    questions (:mod:`fabnb.data.plain`); ``/dev/zero``, a pipe or a device is refused here, before anything reads
+    it."""
     import stat
 
     path, line = Path(source), line_of(text, "source")
@@ -82,7 +83,8 @@ def _check_questions_source(source: str, where: str, text: str | None) -> None:
         mode = path.stat().st_mode
     except OSError:
         raise ExperimentError(f"{where}: [questions] source = {source!r}{line} does not exist; name a folder of "
-                              "FAB-Bench-format QA JSON files, or \"fab-bench\" for the release.") from None
+                              "FAB-Bench-format QA JSON files, a CSV or JSONL file of questions (question,answer,...), "
+                              "or \"fab-bench\" for the release.") from None
     if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
         raise ExperimentError(f"{where}: [questions] source = {source!r}{line} is not a regular file or a folder; "
                               "name a folder of QA JSON files (or one such file).")
