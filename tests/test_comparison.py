@@ -294,7 +294,7 @@ def test_the_static_page_opens_from_file_filters_and_keeps_hostile_text_as_text(
             with page.expect_download() as info:
                 page.locator("button", has_text="download CSV").click()
             table = pd.read_csv(info.value.path())
-            assert len(table) == 12 and list(table.columns[:4]) == ["system", "context_k", "mode", "test_id"]
+            assert len(table) == 12 and list(table.columns[:5]) == ["system", "model", "context_k", "mode", "test_id"]
             assert table["average"].dropna().tolist() == sorted(ascending, reverse=True)
             # Two configurations, question by question; a pair opens a's cell.
             page.locator("[data-part=pair] button", has_text="compare").click()

@@ -313,9 +313,9 @@ class Results:
         path = page_folder(folder) / name
         if name.startswith("data/detail-") and not path.exists():
             try:
-                path = detail_file(folder, name[len("data/"):-len(".js")], self.explorer(rel)[0], root=self.root)
-            except ValueError as exc:  # the run changed since the page was made, or no such part
-                raise ApiError(str(exc), 409) from None
+                path = detail_file(folder, name[len("data/"):-len(".js")], self.explorer(rel)[0])
+            except ValueError as exc:  # no such part, or the page is gone from the cache
+                raise ApiError(str(exc), 404) from None
         if not path.is_file():
             raise ApiError(f"{name} is not in this run's page; reload the viewer to make it again.", 404)
         return path

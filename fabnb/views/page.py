@@ -143,8 +143,8 @@ class PageData:
         name, fabnb, judge, rubric_version, runs, statistics, means (the coverage table's rows), caveats, figures
         (each ``{"name", "src"}``), comparison (``compare.json``) and calibration, or empty where the folder has none.
     cells : dict
-        columns, metrics, rows (one list a cell, in ``frame``'s order), questions (test_id to its text),
-        page_cells and pages.
+        columns (system, model, context_k, mode, test_id, state, flags, ..., each metric, average), metrics, rows
+        (one list a cell, in ``frame``'s order), questions (test_id to its text), page_cells and pages.
     frame : DataFrame
         The cells (:attr:`fabnb.views.explorer.Explorer.cells`) in the page's order.
     """
@@ -217,7 +217,7 @@ def page_data(explorer, folder: str | Path | None = None, *, figures: str = "fil
             shown.append({"name": png.name, "src": src})
     cells = explorer.cells.sort_values(["system", "context_k", "mode", "test_id"], kind="stable", ignore_index=True)
     metrics = explorer.metrics
-    columns = [c for c in ("system", "context_k", "mode", "test_id", "state", "flags", "judge_failures",
+    columns = [c for c in ("system", "model", "context_k", "mode", "test_id", "state", "flags", "judge_failures",
                            "gold_retrieved", "test_type") if c in cells.columns] + [*metrics, "average"]
     q = explorer.questions
     return PageData(
@@ -376,20 +376,36 @@ def fresh_page(folder: str | Path, root: str | Path | None = None, *, details: b
 _EXPORTS = threading.Lock()
 
 
-def detail_file(folder: str | Path, name: str, explorer, root: str | Path | None = None) -> Path:
-    """``data/<name>.js`` of the page :func:`fresh_page` keeps for ``folder``, written now if the page has none yet
-    (``explorer``: the run's :class:`fabnb.views.explorer.Explorer`). Refused (:class:`ValueError`) when the run
-    changed since the page was made: its rows would no longer be the page's."""
-    folder = Path(folder).resolve()
+def _read_script(path: Path):
+    """The value a data script registers (what :func:`_script` wrote: ``FABNB.add(name, value);``)."""
+    text = path.read_text(encoding="utf-8")
+    return json.loads(text[text.index(", ") + 2:text.rindex(");")])
+
+
+def detail_file(folder: str | Path, name: str, explorer) -> Path:
+    """``data/<name>.js`` of the page :func:`fresh_page` keeps for ``folder``, written now if the page has none yet:
+    the texts of the cells the page lists there (its ``cells.js`` names them by system, model, window, mode and
+    question), read from ``explorer`` (the run's :class:`fabnb.views.explorer.Explorer`). A run that went on since
+    the page was made gives those cells' texts as they are now, never another cell's. A :class:`ValueError` for a
+    name that is no part of the page, or a page that is gone."""
+    from ..core.schema import RESULT_KEYS
+
     out = page_folder(folder)
     path = out / "data" / f"{name}.js"
     with _EXPORTS:
         if path.exists():
             return path
-        stamp = out / "made-from.txt"
-        if not stamp.exists() or stamp.read_text(encoding="utf-8") != f"{_fingerprint(folder)} root={root}":
-            raise ValueError(f"{folder} changed since its page was made: reload the page to see it as it is now.")
-        return write_part(out, page_data(explorer, folder), name)
+        if not (out / "data" / "cells.js").exists():
+            raise ValueError(f"the page of {folder} is gone from the cache: reload the page to make it again.")
+        cells = _read_script(out / "data" / "cells.js")
+        number = name.removeprefix("detail-")
+        if not (name.startswith("detail-") and number.isdigit() and int(number) < cells["pages"]):
+            raise ValueError(f"{name[:80]!r} is no part of this page: detail-0000 to detail-{cells['pages'] - 1:04d}")
+        p, at = int(number), [cells["columns"].index(k) for k in RESULT_KEYS]
+        rows = cells["rows"][p * cells["page_cells"]:(p + 1) * cells["page_cells"]]
+        keys = pd.DataFrame([[r[i] for i in at] for r in rows], columns=list(RESULT_KEYS))
+        path.write_text(_script(name, _details(explorer, keys)), "utf-8")
+        return path
 
 
 def serve_results(folder: str | Path, port: int | None = None, echo=print) -> int:
@@ -410,8 +426,7 @@ def serve_results(folder: str | Path, port: int | None = None, echo=print) -> in
 
     folder = Path(folder).resolve()
     index = fresh_page(folder)
-    text = (index.parent / "data" / "cells.js").read_text(encoding="utf-8")
-    cells = json.loads(text[text.index(", ") + 2:text.rindex(");")])  # what _script wrote: FABNB.add(name, value);
+    cells = _read_script(index.parent / "data" / "cells.js")
 
     class Handler(SimpleHTTPRequestHandler):
         def do_GET(self):  # noqa: N802  (http.server's name)
