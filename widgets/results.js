@@ -153,7 +153,11 @@ function renderResults(root, source) {
   prev.addEventListener("click", () => page(-1));
   next.addEventListener("click", () => page(1));
   csv.addEventListener("click", () => {   // the filtered cells, in their order: made here, no request
-    const quote = (v) => { const s = v === null || v === undefined ? "" : String(v); return /[",\n\r]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s; };
+    const quote = (v) => {   // a text a spreadsheet would run as a formula (=, +, -, @) is kept as text
+      let s = v === null || v === undefined ? "" : String(v);
+      if (typeof v === "string" && /^[=+\-@]/.test(s)) s = "'" + s;
+      return /[",\n\r]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s;
+    };
     const lines = [C.columns.map(quote).join(",")].concat(current.map((r) => C.columns.map((c) => quote(r[col[c]])).join(",")));
     const a = el("a"); a.href = URL.createObjectURL(new Blob([lines.join("\n") + "\n"], { type: "text/csv" }));
     a.download = `${S.name}-cells.csv`; root.appendChild(a); a.click(); a.remove();

@@ -27,16 +27,16 @@ HISTORY_COLUMNS = ["order", "run", "name", "ended", "fabnb", "judge", "system", 
 
 def run_folders(folder: str | Path) -> list[Path]:
     """The run folders under ``folder`` (itself included): those that hold a ``manifest.json`` and a
-    ``scores.jsonl``, fabnb's cache skipped."""
+    ``scores.jsonl``."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ComparisonError(f"{folder} is not a folder; name a folder that holds run folders (fabnb run's "
                               "outputs).")
-    return sorted({m.parent for m in folder.rglob("manifest.json")
-                   if (m.parent / "scores.jsonl").exists() and "pages" not in m.parent.parts[len(folder.parts):]})
+    return sorted({m.parent for m in folder.rglob("manifest.json") if (m.parent / "scores.jsonl").exists()})
 
 
-def _ended(manifest: dict, folder: Path) -> str:
+def _ended(manifest: dict) -> str:
+    """When the folder's last run ended (or started, if it never ended), as the manifest records it."""
     runs = manifest.get("runs") or [{}]
     return str(runs[-1].get("ended") or runs[-1].get("started") or "")
 
@@ -81,7 +81,7 @@ def run_history(folders, *, ci: float = 0.95) -> pd.DataFrame:
     runs = []
     for path in paths:
         manifest, per = read_run(path)
-        runs.append((_ended(manifest, path), str(path), manifest, per))
+        runs.append((_ended(manifest), str(path), manifest, per))
     runs.sort(key=lambda r: (r[0], r[1]))
     frames, before = [], None
     for order, (ended, path, manifest, per) in enumerate(runs):
