@@ -194,9 +194,17 @@ def test_rating_notebook_in_a_real_browser(lab):
             # Keyboard: 4 5 2 3 rate the four dimensions in turn, then n moves on.
             first = panel.locator(".fabnb-id").text_content().split(" · ")[0]
             panel.click(position={"x": 5, "y": 5})
-            for key in "4523":
+            assert "and the highlight moves to the next one" in panel.locator(".fabnb-help").text_content()
+            for key in "45":
                 page.keyboard.press(key)
                 page.wait_for_timeout(150)  # each key is one save; let the panel redraw
+            # Two of four scored: said as such, never a bare "0 rated" (issue 54 item 9).
+            page.wait_for_function("document.querySelector('.fabnb-rating .fabnb-progress')"
+                                   ".textContent.includes('0 rated in full · this item: 2 of 4 scored')",
+                                   timeout=30_000)
+            for key in "23":
+                page.keyboard.press(key)
+                page.wait_for_timeout(150)
             page.wait_for_function("document.querySelector('.fabnb-rating .fabnb-progress')"
                                    ".textContent.includes('1 rated')", timeout=30_000)
             assert panel.locator(".fabnb-saved").text_content().startswith(f"saved {first}")

@@ -221,6 +221,11 @@ def test_the_rating_app_asks_a_name_and_honours_manifests(tmp_path, fab_bench_di
     assert app.start("ben").progress() == (0, 4)
     with pytest.raises(RatingError, match=r"no assignment for 'eve'.*ben, chen, dana"):
         app.start("eve")
+    from fabnb.views.widgets import RatingAppView
+
+    view = RatingAppView(app)  # the refusal under the name box wraps (issue 54 item 9: its fix was off-screen)
+    assert view.enter("eve") is None and "ben, chen, dana" in view.message.value
+    assert "white-space: normal" in view.message.value and "overflow-wrap: anywhere" in view.message.value
     assert app.progress().set_index("rater")["items"].to_dict() == {"ana": 6, "ben": 4, "chen": 4, "dana": 4}
     with pytest.raises(RatingError, match="no such folder of manifests"):
         RatingApp.from_folders(qa, tmp_path / "ratings", tmp_path / "nowhere")

@@ -24,7 +24,10 @@ function render({ model, el }) {
 
     const head = h("div", "fabnb-head");
     head.appendChild(h("span", "fabnb-progress",
-      `Item ${model.get("position") + 1} of ${model.get("total")} · ${model.get("done")} rated`));
+      // "rated" counts items with every dimension scored; this item's own count is beside it, so two scores of
+      // four never read as "0 rated" alone.
+      `Item ${model.get("position") + 1} of ${model.get("total")} · ${model.get("done")} rated in full · ` +
+      `this item: ${dims.filter((d) => scores[d.name] !== undefined && scores[d.name] !== null).length} of ${dims.length} scored`));
     head.appendChild(h("span", "fabnb-rater", `rater: ${model.get("rater")}${model.get("blind") ? " · blind" : ""}`));
     const saved = h("span", "fabnb-saved", model.get("saved"));
     head.appendChild(saved);
@@ -119,7 +122,7 @@ function render({ model, el }) {
     root.appendChild(nav);
     const scale = model.get("scale");
     const ten = scale.includes(10) ? " (t for 10)" : "";
-    root.appendChild(h("div", "fabnb-help", "Keys: " + scale[0] + "-" + Math.min(9, scale[scale.length - 1]) + ten + " rate the highlighted dimension · ↑/↓ choose a dimension · n/p next/previous · u next unrated"));
+    root.appendChild(h("div", "fabnb-help", "Keys: " + scale[0] + "-" + Math.min(9, scale[scale.length - 1]) + ten + " score the highlighted dimension, and the highlight moves to the next one · ↑/↓ choose a dimension · n/p next/previous · u next unrated"));
   }
 
   root.addEventListener("keydown", (e) => {

@@ -259,7 +259,9 @@ class RatingAppView:
             session = self.app.start(rater)
         except (FabnbError, OSError, ValueError) as exc:  # every refusal shows under the box, never a blank page
             self.error = str(exc)
-            self.message.value = f"<p style='color:#b00020'>{html.escape(self.error)}</p>"
+            # Wrapped: ipywidgets' HTML does not wrap, and a refusal's fix came at the end of one long line, off-screen.
+            self.message.value = (f"<p style='color:#b00020; white-space: normal; overflow-wrap: anywhere; "
+                                  f"max-width: 60em'>{html.escape(self.error)}</p>")
             return None
         self.panel = RatingPanel(session)
         self.widget.children = (self.panel,)
