@@ -66,6 +66,19 @@ def test_notebook_00_draws_its_two_figures_inline(tmp_path, monkeypatch):
     for cell in drawn:
         assert any("image/png" in out.get("data", {}) for out in cell.outputs), cell.source
     assert (tmp_path / "out" / "figures" / "fig3_scaling_panels.png").exists()
+    # Issue 54 item 8: the doctor's lines whole (a table cut its fix command to "...with a portable bui..."), the
+    # claims with their sentences, and reproduce() as what it wrote with the report's link, not a bare path.
+    def said(start: str) -> str:
+        cell = next(c for c in book.cells if c.cell_type == "code" and c.source.startswith(start))
+        return "\n".join(o.get("text", "") + "".join(str(v) for v in o.get("data", {}).values())
+                         for o in cell.outputs)
+
+    doctor = said("from fabnb.views.doctor")
+    assert "..." not in doctor and "…" not in doctor and "ok" in doctor
+    reproduced = said("from fabnb.analysis.reproduction")
+    assert "report.html](" in reproduced and "table(s)" in reproduced
+    claims = said("claims[claims.verdict")
+    assert "claim_id" in claims and "claim</th>" in claims
 
 
 def test_a_test_that_makes_a_notebooks_calls_holds_the_lock_the_notebooks_run_takes(tmp_path):

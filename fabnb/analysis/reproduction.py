@@ -176,6 +176,25 @@ class Reproduction:
     tables: list[Path]
     claims: pd.DataFrame | None
 
+    def _repr_markdown_(self) -> str:
+        """What a notebook shows for it: what was written where, the report as a link (relative to the kernel's
+        folder, where Jupyter serves it), not a bare path."""
+        import os
+
+        def rel(path: Path) -> str:
+            return os.path.relpath(Path(path).resolve(), Path.cwd().resolve())
+
+        lines = [f"Wrote **{len(self.figures)} figure file(s)** and **{len(self.tables)} table(s)** to "
+                 f"`{rel(self.out_dir)}`; the report: [{rel(self.report_html)}]({rel(self.report_html)}) "
+                 f"(and `{Path(self.report_md).name}`).", ""]
+        if self.claims is not None and len(self.claims):
+            counts = self.claims["verdict"].value_counts()
+            lines.append("Claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".")
+        names = sorted({Path(f).stem for f in self.figures})
+        if names:
+            lines += ["", "Figures: " + ", ".join(f"`{n}`" for n in names) + "."]
+        return "\n".join(lines)
+
 
 def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: str | None = None,
               figures: tuple | list = REPRODUCE_FORMATS, *, min_windows: int = A.MIN_FIT_WINDOWS,
