@@ -269,7 +269,19 @@ def default_llm_ok(table: pd.DataFrame) -> bool:
 
 
 def render(table: pd.DataFrame) -> str:
-    """The table as aligned plain text, with a closing verdict line."""
+    """The table as aligned plain text, every line whole (a fix under its check), with a closing verdict line.
+
+    Examples
+    --------
+    >>> table = pd.DataFrame({"area": "model", "check": ["llama-cpp-python"], "status": ["warn"],
+    ...                       "detail": ["built for this CPU only"], "fix": ["reinstall it portably"]})
+    >>> table.attrs.update(default_llm="embedded", default_llm_ok=None)
+    >>> print(render(table))
+    model
+      warn    llama-cpp-python  built for this CPU only
+                                fix: reinstall it portably
+    default LLM (embedded): was not tried
+    """
     lines = []
     width = max(len(c) for c in table["check"]) if len(table) else 10
     for area, group in table.groupby("area", sort=False):

@@ -198,8 +198,8 @@ def page_data(explorer, folder: str | Path | None = None, *, figures: str = "fil
     >>> scores = pd.DataFrame([{**key, "metric": "depth", "replicate": 0, "status": "ok", "score": 0.7,
     ...                         "reason": "Specific."}])
     >>> data = page_data(Explorer(answers, scores, pd.DataFrame({"test_id": ["Q1"], "question": ["?"]})))
-    >>> data.cells["rows"][0][:4], data.part("detail-0000")[0]["reasons"]
-    (['s', 4.0, 'A', 'Q1'], {'depth': 'Specific.'})
+    >>> data.cells["rows"][0][:5], data.part("detail-0000")[0]["reasons"]
+    (['s', 'm', 4.0, 'A', 'Q1'], {'depth': 'Specific.'})
     """
     import base64
 
