@@ -442,7 +442,8 @@ def test_the_grid_stores_what_the_flags_read_and_a_store_without_it_gets_the_sam
     english = pd.DataFrame({"test_id": list(texts), "question": ["Which process step sets the gate oxide thickness "
                                                                  "in this flow, and why?"] * 3})
     assert judge_flags(scores, stored, english)["flags"].tolist() == computed
-    relabelled = stored.assign(answer_language=["", "fr", ""])  # what the store says is what is flagged
+    # What the store says is what is flagged (by test_id: the grid stores answers in the order they come back).
+    relabelled = stored.assign(answer_language=stored["test_id"].map({"q2": "fr"}).fillna(""))
     assert judge_flags(scores, relabelled, english)["flags"].tolist()[2:4] == ["language"] * 2
     with pytest.raises(pytest.fail.Exception, match="detected the language"):
         judge_flags(scores, stored.drop(columns=["answer_language"]), english)
