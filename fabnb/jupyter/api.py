@@ -255,7 +255,7 @@ class Results:
     def summary(self, rel: str) -> dict:
         """name, status (:func:`fabnb.experiment.progress.run_status`), summary (``summary.md``'s text or ''),
         coverage (``coverage.csv``'s rows), figures (the report's images, relative to the root), systems,
-        windows, modes, metrics (the values the filters offer), cells (how many), notes, models (each system's),
+        windows, modes, metrics (the values the filters offer), cells (how many), notes,
         calibration (``calibration/calibration.json``, or None)."""
         from ..experiment.progress import run_status
 
@@ -291,7 +291,6 @@ class Results:
                 "windows": sorted(float(v) for v in c["context_k"].unique()),
                 "modes": sorted(map(str, c["mode"].unique())), "metrics": ex.metrics,
                 "states": sorted(map(str, c["state"].unique())),
-                "models": {str(k): str(v) for k, v in c.groupby("system")["model"].first().items()},
                 "calibration": calibration}
 
     def page_file(self, rel: str, name: str) -> Path:
