@@ -131,6 +131,15 @@ def _questions(explorer) -> dict:
             for t in q.index}
 
 
+def _detail_number(name: str, pages: int) -> int:
+    """The page number of a detail part's name (``detail-0003``: 3); a :class:`ValueError` for any other name."""
+    number = name.removeprefix("detail-")
+    if not (name.startswith("detail-") and number.isdigit() and int(number) < pages):
+        raise ValueError(f"{name[:80]!r} is no part of this page: 'questions' or detail-0000 to "
+                         f"detail-{pages - 1:04d}")
+    return int(number)
+
+
 @dataclass(frozen=True)
 class PageData:
     """What the renderer (``widgets/results.js``) draws: :attr:`summary` and :attr:`cells` at once, the rest by
@@ -160,11 +169,7 @@ class PageData:
         cells: answer, error, reasons, sources); a :class:`ValueError` for any other name."""
         if name == "questions":
             return _questions(self.explorer)
-        number = name.removeprefix("detail-")
-        if not (name.startswith("detail-") and number.isdigit() and int(number) < self.cells["pages"]):
-            raise ValueError(f"{name[:80]!r} is no part of this page: 'questions' or detail-0000 to "
-                             f"detail-{self.cells['pages'] - 1:04d}")
-        p = int(number)
+        p = _detail_number(name, self.cells["pages"])
         return _details(self.explorer, self.frame.iloc[p * self.page_cells:(p + 1) * self.page_cells])
 
 
@@ -398,10 +403,7 @@ def detail_file(folder: str | Path, name: str, explorer) -> Path:
         if not (out / "data" / "cells.js").exists():
             raise ValueError(f"the page of {folder} is gone from the cache: reload the page to make it again.")
         cells = _read_script(out / "data" / "cells.js")
-        number = name.removeprefix("detail-")
-        if not (name.startswith("detail-") and number.isdigit() and int(number) < cells["pages"]):
-            raise ValueError(f"{name[:80]!r} is no part of this page: detail-0000 to detail-{cells['pages'] - 1:04d}")
-        p, at = int(number), [cells["columns"].index(k) for k in RESULT_KEYS]
+        p, at = _detail_number(name, cells["pages"]), [cells["columns"].index(k) for k in RESULT_KEYS]
         rows = cells["rows"][p * cells["page_cells"]:(p + 1) * cells["page_cells"]]
         keys = pd.DataFrame([[r[i] for i in at] for r in rows], columns=list(RESULT_KEYS))
         path.write_text(_script(name, _details(explorer, keys)), "utf-8")
