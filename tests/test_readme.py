@@ -54,3 +54,16 @@ def test_every_module_is_on_the_maps():
 
 def test_readme_stays_a_landing_page():
     assert len(README.encode()) < 10_000, "the reference belongs in docs/"
+
+
+def test_the_offline_examples_time_is_the_benchmarks():
+    """Seen: the offline example was "about 8 min" in the README and "3.6-4.0 min" in the docs, each from nowhere
+    the other named. The README's range is the runs ``benchmarks/bench_eta.py`` recorded in the docs."""
+    said = re.search(r"offline\.toml` runs on the embedded model.*? in ([\d.]+)-([\d.]+)\s+min", README, re.S)
+    assert said, "the README gives the offline example's time as a range from the benchmark"
+    perf = (ROOT / "docs" / "performance.md").read_text()
+    section = perf[perf.index("## The plan's time estimate"):]
+    section = section[:section.index("\n## ", 3)] if "\n## " in section[3:] else section
+    for minutes in said.groups():
+        assert f"{minutes} min" in section or f"-{minutes} min" in section, (minutes, "not a bench_eta figure")
+    assert "plan" in README[said.end():said.end() + 200]  # and the plan's time is the one to trust
