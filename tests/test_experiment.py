@@ -738,6 +738,8 @@ def test_the_offline_example_runs_on_the_embedded_model(tmp_path):
     # Issue 28: intervals beside the means, and the caveats this run earns (the embedded model judged itself).
     caveats = summary.split("## Caveats")[1].split("## Calls")[0]
     assert all(w in caveats for w in ("Few questions", "One replicate", "Self-preference", "Too few windows"))
+    # Seen: the embedded judge's first scores looked perfect (1.000) and meant nothing; its caveat now comes first.
+    assert caveats.strip().startswith("- **A toy judge**"), caveats[:200]
     cov = pd.read_csv(out / "coverage.csv")
     drawn = cov[cov["n"] >= 2]  # an interval, or "no spread" where every question got the same score (issue 49)
     assert (drawn["ci_low"].notna() | drawn["shown"].str.contains("no spread")).all(), drawn

@@ -179,3 +179,24 @@ def test_a_curve_of_three_windows_is_not_fitted_and_prints_no_r_squared():
     df = pd.DataFrame({"model": "m", "context_k": [4.0, 8.0, 16.0], "metric": "average", "score": [0.5, 0.6, 0.65]})
     labels = [t.get_text() for t in plots.plot_scaling(df).get_legend().get_texts()]
     assert labels == [f"m (not fitted: 3 of {MIN_FIT_WINDOWS} windows)"] and not any("R²" in t for t in labels)
+
+
+def test_a_run_that_judged_two_metrics_draws_two():
+    """Seen: the viewer drew all six metrics when two were judged (four empty bars, empty heatmap rows)."""
+    scores = pd.DataFrame({"model": ["m", "m", "n", "n"], "context_k": 4.0,
+                           "metric": ["relevance", "depth", "relevance", "depth"], "score": [0.5, 0.6, 0.7, 0.8]})
+    ax = plots.plot_breakdown(scores, 4)
+    assert len(ax.patches) == 4 and [t.get_text() for t in ax.get_legend().get_texts()] == ["Depth", "Relevance"]
+    deltas = pd.DataFrame({"model": "m", "metric": ["relevance", "depth"], "delta": [-0.01, 0.02], "from_k": 4.0,
+                           "to_k": 8.0})
+    heat = plots.plot_deltas(deltas)
+    assert [t.get_text() for t in heat.get_xticklabels()] == ["Depth", "Relevance"]  # the paper's order
+    corr = pd.DataFrame({"metric_a": ["relevance"], "metric_b": ["depth"], "r": [0.4], "n": [12], "enough": [True]})
+    grid = plots.plot_correlations(corr)
+    assert [t.get_text() for t in grid.get_yticklabels()] == ["Depth", "Relevance"]
+    # A metric judged whose changes are all undefined (a relative change from 0) keeps its column, blank.
+    undefined = deltas.assign(relative_pct=float("nan"), claimed=[False, False])
+    blank = plots.plot_deltas(undefined, value="relative_pct")
+    assert [t.get_text() for t in blank.get_xticklabels()] == ["Depth", "Relevance"]
+    claimed = deltas.assign(claimed=[True, False])
+    assert [t.get_text() for t in plots.plot_deltas(claimed).get_xticklabels()] == ["Depth", "Relevance"]

@@ -135,19 +135,28 @@ def plot_scaling(
     return ax
 
 
+def _judged(names) -> list[str]:
+    """The metrics of :data:`METRICS` (in its order) among ``names``: those a run judged."""
+    names = set(names)
+    return [m for m in METRICS if m in names]
+
+
 def _grouped_bars(ax, wide: pd.DataFrame, title: str, ylabel: str = "Score (0-1)", low=None, high=None):
-    """Bars of the six metrics (hue) for each row of ``wide`` (groups); with ``low`` and ``high`` (frames shaped like
-    ``wide``), each bar gets its interval as an error bar."""
-    n = len(METRICS)
-    width = 0.8 / n
-    wide = wide.reindex(columns=list(METRICS))  # a metric with no score: an empty bar, not a KeyError
+    """Bars of the judged metrics (hue, in the paper's order) for each row of ``wide`` (groups); with ``low`` and
+    ``high`` (frames shaped like ``wide``), each bar gets its interval as an error bar. A metric no row has a score
+    for is not drawn (a run that judged two metrics once got four empty bars)."""
+    metrics = _judged(wide.columns)
+    width = 0.8 / max(1, len(metrics))
+    wide = wide.reindex(columns=metrics)
     x = np.arange(len(wide))
-    for i, (color, metric) in enumerate(zip(_palette(n), METRICS)):
+    colors = dict(zip(METRICS, _palette(len(METRICS))))  # each metric keeps its colour whatever else was judged
+    for i, metric in enumerate(metrics):
+        color = colors[metric]
         values = wide[metric].to_numpy(float)
         err = None
         if low is not None and high is not None:
-            lo = low.reindex(index=wide.index, columns=list(METRICS))[metric].to_numpy(float)
-            hi = high.reindex(index=wide.index, columns=list(METRICS))[metric].to_numpy(float)
+            lo = low.reindex(index=wide.index, columns=metrics)[metric].to_numpy(float)
+            hi = high.reindex(index=wide.index, columns=metrics)[metric].to_numpy(float)
             err = np.nan_to_num(np.vstack([(values - lo).clip(0), (hi - values).clip(0)]))
         bars = ax.bar(x - 0.4 + width * (i + 0.5), values, width, color=color, label=METRIC_LABELS[metric],
                       yerr=err, error_kw={"elinewidth": 0.8, "capsize": 2, "ecolor": "0.3"})
@@ -243,13 +252,14 @@ def plot_deltas(deltas: pd.DataFrame, value: str = "delta", ax=None, models=None
     ax = _axes(ax, size=(8, 3.2))
     d = deltas[deltas["metric"].isin(METRICS)]
     wide = d.pivot_table(index="model", columns="metric", values=value, aggfunc="first", sort=False)
-    wide = wide.reindex(columns=list(METRICS)).rename(columns=METRIC_LABELS)
+    judged = _judged(d["metric"])  # a metric not judged gets no empty column (one judged, its NaN cells stay)
+    wide = wide.reindex(columns=judged).rename(columns=METRIC_LABELS)
     if models is not None:
         wide = wide.reindex(models)
     noise = np.zeros(wide.shape, dtype=bool)
     if "claimed" in d.columns:
         claimed = d.pivot_table(index="model", columns="metric", values="claimed", aggfunc="first", sort=False)
-        claimed = claimed.reindex(columns=list(METRICS)).rename(columns=METRIC_LABELS).reindex(wide.index)
+        claimed = claimed.reindex(columns=judged).rename(columns=METRIC_LABELS).reindex(wide.index)
         noise = ~claimed.fillna(False).astype(bool).to_numpy()
     coloured = np.where(noise, np.nan, wide.to_numpy(float))
     lim = float(np.nanmax(np.abs(coloured))) if np.isfinite(coloured).any() else 0.0
@@ -328,9 +338,11 @@ def plot_correlations(correlations: pd.DataFrame, value: str = "r", ax=None, tit
     if scale not in ("full", "paper"):
         raise ValueError(f"scale must be 'full' or 'paper', not {scale!r}")
     ax = _axes(ax, size=(5.5, 4.5))
-    labels = [METRIC_LABELS[m] for m in METRICS]
-    order = {m: i for i, m in enumerate(METRICS)}
-    values = np.full((len(METRICS), len(METRICS)), np.nan)
+    present = set(correlations["metric_a"]) | set(correlations["metric_b"])
+    shown = [m for m in METRICS if m in present]  # a metric not judged gets no empty row and column
+    labels = [METRIC_LABELS[m] for m in shown]
+    order = {m: i for i, m in enumerate(shown)}
+    values = np.full((len(shown), len(shown)), np.nan)
     np.fill_diagonal(values, 1.0)
     few = {}
     for r in correlations.to_dict("records"):

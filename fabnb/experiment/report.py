@@ -204,11 +204,16 @@ def caveats(exp: Experiment, questions: pd.DataFrame, scores: pd.DataFrame, cov:
     >>> questions = exp.questions()
     >>> answers, scores = stored(exp, questions)  # the stores as they are: empty before a run
     >>> [c.split("**")[1] for c in caveats(exp, questions, scores, coverage(exp, questions, scores))]
-    ['Few questions', 'One replicate', 'Self-preference', 'Too few windows to fit']
+    ['A toy judge', 'Few questions', 'One replicate', 'Self-preference', 'Too few windows to fit']
     """
     from ..analysis.curves import MIN_FIT_WINDOWS
 
     out = []
+    if exp.judge.embedded:  # first: the embedded judge's scores look finished and mean little
+        out.append("**A toy judge**: the judge is the embedded 270M model, there to show the kit works offline, not "
+                   "to grade answers: it gives high scores to answers that repeat or miss the point, so no score here "
+                   "says how good an answer is. A stronger judge (`[judge] model` and its endpoint) gives scores "
+                   "worth reading; `fabnb rate --from RUN_DIR` checks any judge against experts.")
     n_q = len(questions)
     if n_q < FEW_QUESTIONS:
         width = (cov["ci_high"].astype(float) - cov["ci_low"].astype(float)).median() if len(cov) else float("nan")
