@@ -253,3 +253,34 @@ def test_killed_run_resumes_from_the_cache(tmp_path):
     assert len(after) == len(run.attempts) - done_before  # ... and only the rest were asked
     finished = [json.dumps(b, sort_keys=True) for b in before[:done_before]]
     assert not set(finished) & {json.dumps(b, sort_keys=True) for b in after}
+
+
+def test_each_attempt_is_told_on_the_bar_and_in_the_log(tmp_path, caplog):
+    """Seen: QA generation on one's own corpus showed "QA pairs: 0/4" for 15 minutes with no per-attempt line, so
+    slow could not be told from stuck."""
+    import logging
+
+    class Bar:
+        n = total = 0
+        lines: list = []
+
+        def update(self, n=1):
+            self.n += n
+
+        def refresh(self):
+            pass
+
+        def set_postfix_str(self, text, refresh=True):
+            self.lines.append(text)
+
+    chunks, contexts = small_contexts()
+    bar = Bar()
+    with StubServer(qa_reply(broken_first=1)) as s, caplog.at_level(logging.INFO, logger="fabnb.qa.generation"):
+        llm = LLM("stub", s.base_url, cache=ResponseCache(tmp_path / "c.sqlite"), schema_style="llama.cpp")
+        run = G.generate_qa(contexts, llm, n=1, chunks=chunks, progress=bar)
+    first = run.attempts.context_id.iloc[0]
+    starts = [f"{first} attempt 1: asking", f"{first} attempt 1: rejected (not-json", f"{first} attempt 2: asking",
+              f"{first} attempt 2: accepted"]
+    assert len(bar.lines) == 4 and all(line.startswith(start) for line, start in zip(bar.lines, starts)), bar.lines
+    assert all("temperature 0." in line for line in bar.lines)
+    assert [r.getMessage() for r in caplog.records] == bar.lines

@@ -572,7 +572,8 @@ def generate_qa(contexts, llm: LLM, n: int, *, test_type: str | None = None, kb=
         What an LLM call failure does after its retries: logged as a failed
         attempt, or raised. Invalid output is always a logged failure.
     progress : bool
-        Show a progress bar over accepted pairs.
+        Show a progress bar over accepted pairs, with each attempt's line (context, attempt, accepted or rejected
+        and why, temperature) beside it; the same lines go to ``logging`` (``fabnb.qa.generation``, INFO).
 
     Returns
     -------
@@ -597,6 +598,7 @@ def generate_qa(contexts, llm: LLM, n: int, *, test_type: str | None = None, kb=
             plan = plan_format(formats, config.objective_target)
             messages, params, entry = _attempt(ctx, kind, plan, analysis, config, r, len(pairs), failures,
                                                sim_failures, seed)
+            _tell(bar, entry, "asking")  # slow is told from stuck: the attempt in flight, before its reply
             theta = entry["threshold"]
             try:
                 done = llm.complete(messages, **params)
@@ -606,6 +608,7 @@ def generate_qa(contexts, llm: LLM, n: int, *, test_type: str | None = None, kb=
                 # Never cached (the LLM layer stores only replies): a rerun asks this attempt again.
                 log.append({**entry, "outcome": "failed", "failure": "llm-error", "cause": exc.cause,
                             "message": str(exc), "cached": False, "latency_s": 0.0, "raw": ""})
+                _tell(bar, log[-1], "rejected")
                 failures += 1
                 continue
             entry.update(cached=done.cached, latency_s=done.latency_s, raw=done.text[:500])
@@ -614,6 +617,7 @@ def generate_qa(contexts, llm: LLM, n: int, *, test_type: str | None = None, kb=
                 failure, message = _unique(record["question"], accepted_questions, theta, kb, config.alpha, entry)
             if failure:
                 log.append({**entry, "outcome": "failed", "failure": failure, "message": message})
+                _tell(bar, log[-1], "rejected")
                 failures += 1
                 sim_failures = sim_failures + 1 if failure in ("too-similar", "semantic-duplicate") else 0
                 continue
@@ -626,12 +630,28 @@ def generate_qa(contexts, llm: LLM, n: int, *, test_type: str | None = None, kb=
             accepted_questions.append(question)
             formats.append((plan.question_format, plan.subtype))
             log.append({**entry, "outcome": "accepted", "failure": "", "message": ""})
+            _tell(bar, log[-1], "accepted")
             if bar is not None:
                 bar.update(1)
             break
     if own_bar:
         bar.close()
     return GenerationRun(pairs, pd.DataFrame(log, columns=ATTEMPT_COLUMNS), time.perf_counter() - started)
+
+
+def _tell(bar, entry: dict, outcome: str) -> str:
+    """One attempt's line (context, attempt, outcome and why, temperature): on the bar and in the log
+    (``logging``'s ``fabnb.qa.generation``, INFO). QA generation on a slow model once showed "QA pairs: 0/4" for
+    15 minutes with nothing else."""
+    import logging
+
+    why = f" ({entry['failure']}: {str(entry.get('message') or '')[:80]})" if entry.get("failure") else ""
+    line = (f"{entry['context_id']} attempt {entry['attempt']}: {outcome}{why}, temperature "
+            f"{entry['temperature']:.2f}")
+    logging.getLogger(__name__).info(line)
+    if bar is not None and hasattr(bar, "set_postfix_str"):
+        bar.set_postfix_str(line, refresh=True)
+    return line
 
 
 def _unique(question: str, accepted: list, theta: float, kb, alpha: float, entry: dict) -> tuple[str, str]:
