@@ -28,6 +28,7 @@ Every command exits with a status of :data:`fabnb.core.exits.EXIT` (``fabnb --he
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -84,9 +85,22 @@ def _run(args: argparse.Namespace) -> int:
         # str(KeyboardInterrupt()) is empty, and an exception object is always true: say what stopped it.
         print(f"fabnb run: stopped ({str(exc) or 'Ctrl-C or SIGTERM'}); what was answered is kept: run it again to "
               "resume.", file=sys.stderr)
+        _leave_abandoned_calls(EXIT["stopped"])
         return EXIT["stopped"]
     print(f"({time.perf_counter() - start:.1f} s)")
     return run_exit(run)
+
+
+def _leave_abandoned_calls(code: int) -> None:
+    """A second stop abandoned the calls in flight (:func:`fabnb.rag.grid._finish_in_flight`): their threads
+    would hold the interpreter's exit until each call ends, minutes on a slow model. Everything is stored and
+    the manifest written by now, so leave at once."""
+    import threading
+
+    if any(t.is_alive() and not t.daemon and t is not threading.main_thread() for t in threading.enumerate()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def run_exit(run) -> int:

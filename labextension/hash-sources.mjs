@@ -6,7 +6,7 @@ import { readdirSync, readFileSync, writeFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 
 const files = ['package.json', 'tsconfig.json'];
-for (const dir of ['src', 'style']) {
+for (const dir of ['schema', 'src', 'style']) {
   for (const name of readdirSync(dir)) {
     if (statSync(join(dir, name)).isFile()) {
       files.push(`${dir}/${name}`);

@@ -39,12 +39,27 @@ HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=1</script>'
 # ------------------------------------------------------------------ the extension's build record
 def sources_hash(folder: Path) -> str:
     """labextension/hash-sources.mjs's digest: each source's path (sorted), a NUL, its bytes, a NUL."""
-    files = ["package.json", "tsconfig.json"] + [f"{d}/{p.name}" for d in ("src", "style")
+    files = ["package.json", "tsconfig.json"] + [f"{d}/{p.name}" for d in ("schema", "src", "style")
                                                  for p in (folder / d).iterdir() if p.is_file()]
     h = hashlib.sha256()
     for f in sorted(files):
         h.update(f.encode() + b"\0" + (folder / f).read_bytes() + b"\0")
     return h.hexdigest()
+
+
+def test_the_extensions_conventions_are_declared_and_its_words_go_through_the_translator():
+    """A settings schema in the built extension (the Settings Editor's "FAB-Bench"), shortcuts for Plan, Run and
+    Stop, and every command's label and caption through JupyterLab's translator (``trans.__``)."""
+    import re
+
+    schema = json.loads((ROOT / "fabnb" / "jupyter" / "labextension" / "schemas" / "fabnb-jupyterlab" /
+                         "plugin.json").read_text())
+    assert {"runsFolder", "pollSeconds", "pageRows", "confirmUsd"} <= set(schema["properties"])
+    assert {s["command"] for s in schema["jupyter.lab.shortcuts"]} == {"fabnb:plan", "fabnb:run", "fabnb:stop"}
+    source = (ROOT / "labextension" / "src" / "index.ts").read_text()
+    plain = re.findall(r"\b(?:label|caption|title): '", source)
+    assert not plain, f"{len(plain)} label(s) in index.ts bypass the translator: wrap them in trans.__()"
+    assert source.count("trans.__(") >= 20
 
 
 def test_the_built_extension_matches_its_sources():
@@ -105,6 +120,28 @@ def test_the_plan_names_variables_the_server_lacks(tmp_path, monkeypatch):
     assert "environment JupyterLab was started in" in answer["error"] and answer["output"] == "out"
 
 
+def test_the_plan_has_its_time_from_kept_probes_or_a_probe_on_demand(tmp_path, monkeypatch):
+    """Seen: Plan in JupyterLab gave no time ("not probed"). Now the probes a run kept give it without a call, and
+    *Measure the time* probes in a child process."""
+    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FABNB_TEST_KEY", "sk-test")
+    with StubServer(judge_or_echo) as server:
+        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
+        path = write_file(tmp_path, sample=2, windows="[1]", modes='["A"]', metrics='["relevance"]')
+        plain = plan_file(tmp_path, "experiment.toml")
+        assert plain["ok"] and "not probed" in plain["text"] and len(server.requests) == 0
+        probed = plan_file(tmp_path, "experiment.toml", probe=True)
+        assert probed["ok"] and "not probed" not in probed["text"] and "probes: " in probed["text"]
+        assert all(r["seconds"] is not None for r in probed["rows"]) and len(server.requests) > 0
+        assert not (tmp_path / "out").exists()  # a plan writes nothing
+        run_experiment(Experiment.from_file(path), progress=False, echo=quiet)  # keeps its probes
+        path.write_text(path.read_text().replace("sample = 2", "sample = 3"), encoding="utf-8")
+        asked = len(server.requests)
+        kept = plan_file(tmp_path, "experiment.toml")
+    assert kept["ok"] and "kept from" in kept["text"] and "not probed" not in kept["text"]
+    assert len(server.requests) == asked  # no call: the kept probes' time
+
+
 def test_a_new_experiment_is_the_commented_offline_example_and_never_overwrites(tmp_path):
     first = new_experiment(tmp_path, ".")
     second = new_experiment(tmp_path, ".")
@@ -113,6 +150,28 @@ def test_a_new_experiment_is_the_commented_offline_example_and_never_overwrites(
     assert 'output = "fabnb-runs/experiment"' in text and "# " in text and "[judge]" in text
     exp = Experiment.from_file(tmp_path / first)
     assert exp.output == (tmp_path / "fabnb-runs" / "experiment").resolve()
+    # Seen: two runs made from New experiment were both named "offline-demo" in the sidebar.
+    assert (exp.name, Experiment.from_file(tmp_path / second).name) == ("experiment", "experiment-1")
+    named = new_experiment(tmp_path, ".", "euv-study.toml")
+    assert Experiment.from_file(tmp_path / named).name == "euv-study"
+    with pytest.raises(ApiError, match="letters, digits"):
+        new_experiment(tmp_path, ".", 'x" injected = "y.toml')
+
+
+def test_the_runs_list_puts_live_runs_first_then_the_newest(tmp_path):
+    """Seen: the run cards swapped order between polls (the oldest first, equal times in any order)."""
+    from fabnb.experiment.progress import write_marker
+    from fabnb.jupyter.api import runs
+
+    for name, started in (("old", "2026-01-01T10:00:00"), ("new", "2026-03-01T10:00:00"),
+                          ("mid", "2026-02-01T10:00:00")):
+        out = tmp_path / name
+        out.mkdir()
+        write_marker(out, "same-name", "x.toml")
+        (out / "manifest.json").write_text(json.dumps({"runs": [{"started": started, "status": "finished"}]}))
+    listed = runs(tmp_path)
+    assert [r["path"] for r in listed] == ["new", "mid", "old"]
+    assert {r["label"] for r in listed} == {"finished"}
 
 
 @pytest.fixture(scope="module")
@@ -448,6 +507,9 @@ def test_a_run_whose_process_outlives_its_folder_is_ending_until_the_process_end
         def folders(self):
             return {str(out.resolve())}
 
+        def stops_asked(self):
+            return set()
+
     assert [r["state"] for r in runs(tmp_path)] == ["stopped"]
     assert [(r["state"], r["started_here"]) for r in runs(tmp_path, Alive())] == [("ending", True)]
 
@@ -481,10 +543,26 @@ STOPPABLE = textwrap.dedent("""\
     """)
 
 
-def slow_server() -> subprocess.Popen:
+#: A scripted server whose answers take a minute each (its probes, of at most 48 tokens, are quick).
+SLOW_ANSWERS = textwrap.dedent("""\
+    import sys, time
+    sys.path.insert(0, {tests!r})
+    from stub_openai import StubServer
+    from test_experiment import judge_or_echo
+    def reply(request, n):
+        if (request.get("max_tokens") or 0) > 64:
+            time.sleep(60)
+        return judge_or_echo(request, n)
+    with StubServer(reply) as s:
+        print(s.base_url, flush=True)
+        time.sleep(600)
+    """)
+
+
+def slow_server(script: str = STOPPABLE) -> subprocess.Popen:
     """The scripted server of :data:`STOPPABLE` in its own process (its first line: the base URL); write a line to
     its standard input to make it fast."""
-    return subprocess.Popen([sys.executable, "-c", STOPPABLE.format(tests=str(ROOT / "tests"))],
+    return subprocess.Popen([sys.executable, "-c", script.format(tests=str(ROOT / "tests"))],
                             stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True)
 
 
@@ -535,6 +613,48 @@ def test_stop_is_a_clean_stop_that_a_rerun_resumes(tmp_path, monkeypatch):
         server.wait()
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["runs"][-1]["status"] == "finished"
     assert len(answers.read_text().splitlines()) == 4  # the kept answers were not asked again
+
+
+def test_stop_says_stopping_at_once_and_a_second_stop_abandons_the_calls_in_flight(tmp_path, monkeypatch):
+    """Seen: after Stop a card still said "running", with its Stop button, for about 3 minutes while the calls in
+    flight finished. Now "stopping" from the click, the calls in flight counted, and a second Stop leaves at once."""
+    from fabnb.experiment.progress import read_progress
+    from fabnb.jupyter.api import runs
+    from fabnb.jupyter.jobs import Jobs
+
+    server = slow_server(SLOW_ANSWERS)  # each answer takes a minute: both calls are in flight when Stop comes
+    try:
+        monkeypatch.setenv("FABNB_TEST_URL", server.stdout.readline().strip())
+        monkeypatch.setenv("FABNB_TEST_KEY", "sk-test")
+        monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
+        write_file(tmp_path, sample=4, windows="[1]", modes='["A"]', metrics='["relevance"]')
+        jobs = Jobs(tmp_path)
+        jobs.start("experiment.toml")
+        out = tmp_path / "out"
+        _wait_for(lambda: (read_progress(out) or {}).get("stage") == "answers" and (out / "manifest.json").exists())
+        time.sleep(1.0)  # the two calls are sent
+        jobs.stop("out")
+        listed = runs(tmp_path, jobs)[0]
+        assert (listed["state"], listed["label"]) == ("stopping", "stopping…")
+        _wait_for(lambda: (read_progress(out) or {}).get("state") == "stopping")
+        assert read_progress(out)["in_flight"] == 2 and run_status(out)["state"] == "stopping"
+        proc = jobs._procs[str(out.resolve())]["proc"]
+        start = time.monotonic()
+        jobs.stop("out")  # the second stop: the calls in flight are abandoned
+        assert proc.wait(30) == 130 and time.monotonic() - start < 30
+    finally:
+        server.kill()
+        server.wait()
+    status = run_status(out)
+    assert (status["state"], status["label"], status["cause"]) == ("stopped", "stopped by you", None)
+    assert "stopped" in (out / "run.log").read_text()
+
+
+def _wait_for(test, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not test():
+        assert time.monotonic() < deadline, f"not within {seconds} s"
+        time.sleep(0.1)
 
 
 # ------------------------------------------------------------------ the magics, in a real IPython kernel

@@ -81,6 +81,10 @@ def test_the_extension_end_to_end_in_a_real_browser(tmp_path, fab_bench_dir):
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.goto(f"{base}/lab?reset&token={token}")
             page.wait_for_selector(".jp-Launcher-section:has-text('FAB-Bench')", timeout=90_000)
+            # Seen: the three launcher cards shared one icon.
+            icons = page.locator(".jp-Launcher-section:has-text('FAB-Bench') .jp-LauncherCard-icon").evaluate_all(
+                "cards => cards.map(c => c.innerHTML)")
+            assert len(icons) == 3 and len(set(icons)) == 3, icons
             _shot(page, "launcher")
 
             # New experiment: the commented offline example, written here and opened in the editor.
@@ -99,11 +103,18 @@ def test_the_extension_end_to_end_in_a_real_browser(tmp_path, fab_bench_dir):
             page.evaluate("async text => { const w = window.jupyterapp.shell.currentWidget; await w.context.ready;"
                           " w.context.model.sharedModel.setSource(text); }", text)
 
-            page.locator(".fabnb-plan-button").click()
+            # Plan by its shortcut (Alt Shift P in the editor), which saves first as the toolbar's Plan does.
+            page.locator(".jp-FileEditor .cm-content").click()
+            page.keyboard.press("Alt+Shift+P")
             plan = page.locator("#fabnb-plan table")
             plan.wait_for(timeout=120_000)
             assert "2 questions" not in page.locator("#fabnb-plan").inner_text()
             assert "1 question; 4 calls planned" in page.locator("#fabnb-plan").inner_text()
+            # The plan's time: none yet (no run kept its probes), then measured on demand (once "not probed").
+            assert "time: not measured yet" in page.locator("#fabnb-plan").inner_text()
+            page.locator(".fabnb-probe-button").click()
+            page.locator(".fabnb-plan-time", has_text="time: from probes").wait_for(timeout=300_000)
+            assert "not probed" not in page.locator("#fabnb-plan .fabnb-plan-text").inner_text()
             _shot(page, "plan")
 
             page.locator(".fabnb-run-button").click()  # saves the file, then starts the run on the server
@@ -113,12 +124,32 @@ def test_the_extension_end_to_end_in_a_real_browser(tmp_path, fab_bench_dir):
             # Stop in the sidebar once the first answer is stored, then Resume: the rest, nothing asked twice.
             answers = work / "fabnb-runs" / "experiment" / "answers.jsonl"
             _wait_until(lambda: answers.is_file() and answers.read_text().count("\n") >= 1, 300)
+            # Every state the card shows is recorded: "stopping…" from the click (it once said "running" for
+            # minutes), then "stopped by you" in the normal colour, no error (once a red "KeyboardInterrupt:").
+            page.evaluate("() => { window.fabnbStates = []; new MutationObserver(() => { for (const s of "
+                          "document.querySelectorAll('#fabnb-runs .fabnb-run-state')) "
+                          "window.fabnbStates.push(s.textContent.trim()); }).observe(document.querySelector("
+                          "'#fabnb-runs'), {childList: true, subtree: true, characterData: true}); }")
             run.locator("button", has_text="Stop").click()
-            page.wait_for_function(_STATE_IS.format(state="stopped"), timeout=120_000)
+            page.wait_for_function(_STATE_IS.format(state="stopped by you"), timeout=120_000)
+            assert "stopping…" in page.evaluate("window.fabnbStates")
+            assert run.locator(".fabnb-error").count() == 0
             assert [json.loads(line)["status"] for line in answers.read_text().splitlines()]  # every line whole
             _shot(page, "stopped")
             run.locator("button", has_text="Resume").click()
+            # Live cells: the run's viewer, opened from the sidebar while the run goes, says so and makes its page
+            # again as cells are stored; once the run has ended it shows the whole run.
+            page.wait_for_function(_STATE_IS.format(state="running"), timeout=120_000)
+            run.locator(".fabnb-run-name").click()
+            viewer = page.locator(".fabnb-viewer")
+            viewer.locator(".fabnb-live", has_text="live: ").wait_for(timeout=120_000)
+            # The status bar's item: the going run, its stage and count; a click shows the runs.
+            page.locator(".fabnb-status", has_text="FAB-Bench: experiment").wait_for(timeout=60_000)
+            page.locator(".fabnb-status").click()
+            page.locator("#fabnb-runs").wait_for(state="visible", timeout=10_000)
             page.wait_for_function(_STATE_IS.format(state="finished"), timeout=600_000)
+            viewer.locator(".fabnb-viewer-state", has_text="finished").wait_for(timeout=60_000)
+            assert viewer.locator(".fabnb-live").inner_text() == ""
             assert "answers: 2/2 done" in run.inner_text() and "judge: 2/2 done" in run.inner_text()
             for store in ("answers.jsonl", "scores.jsonl"):
                 rows = [json.loads(line) for line in (answers.parent / store).read_text().splitlines()]
@@ -133,7 +164,6 @@ def test_the_extension_end_to_end_in_a_real_browser(tmp_path, fab_bench_dir):
             page.evaluate("() => { window.jupyterapp.commands.execute('filebrowser:go-to-path', "
                           "{path: 'fabnb-runs/experiment/'}); }")  # not awaited: its promise is not ours
             page.locator(".jp-DirListing-item", has_text="run.fabnb").dblclick()
-            viewer = page.locator(".fabnb-viewer")
             # The run's results page (the one renderer, made by the server) in the viewer's frame.
             results = viewer.frame_locator("iframe.fabnb-results-frame")
             results.locator(".fabnb-results[data-ready]").wait_for(state="attached", timeout=60_000)
@@ -173,6 +203,12 @@ def test_the_extension_end_to_end_in_a_real_browser(tmp_path, fab_bench_dir):
             sidebar.locator("button", has_text="Refresh").click()
             copy = sidebar.locator(".fabnb-run[data-path='fabnb-runs/copy'] input.fabnb-pick-run")
             copy.wait_for(timeout=30_000)
+            # Seen: a run folder outside the root was invisible with no word why.
+            assert "up to 4 folders down" in sidebar.locator(".fabnb-runs-where").inner_text()
+            # Two runs of one name: each card names its folder.
+            cards = sidebar.locator(".fabnb-run")
+            assert cards.locator(".fabnb-run-name").all_inner_texts() == ["experiment", "experiment"]
+            assert cards.locator(".fabnb-run-folder").all_inner_texts() == ["fabnb-runs/copy", "fabnb-runs/experiment"]
             assert sidebar.locator("button.fabnb-compare-picked").is_disabled()
             copy.check()
             sidebar.locator(".fabnb-run[data-path='fabnb-runs/experiment'] input.fabnb-pick-run").check()
@@ -226,3 +262,68 @@ def test_the_extension_end_to_end_in_a_real_browser(tmp_path, fab_bench_dir):
     mine = ratings[ratings["rater"] == "lab-rater"].set_index("dimension")["score"]
     assert set(ratings["item_id"]) == {item}
     assert mine.to_dict() == {"accuracy": 4, "relevance": 5, "difficulty": 2, "diversity": 3}
+
+
+def test_the_conventions_the_file_browsers_menu_shortcuts_and_a_setting(tmp_path, monkeypatch):
+    """The file browser's menu (Plan on a .toml, Compare with… on run.fabnb), the shortcuts' bindings, and a
+    setting changed in the Settings Editor (the runs folder), which the next New experiment uses."""
+    from playwright.sync_api import sync_playwright
+
+    from fabnb.experiment import Experiment, run_experiment
+
+    from stub_openai import StubServer
+    from test_experiment import judge_or_echo, quiet, write_file
+
+    work = tmp_path / "lab"
+    study = work / "study"
+    study.mkdir(parents=True)
+    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FABNB_TEST_KEY", "sk-test")
+    with StubServer(judge_or_echo) as server:
+        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
+        path = write_file(study, sample=1, windows="[1]", modes='["A"]', metrics='["relevance"]')
+        run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    settings = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    env = {"JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings"), "FABNB_CACHE_DIR": str(tmp_path / "cache")}
+    with _jupyterlab(work, env, tmp_path / "lab.log") as (base, token), sync_playwright() as pw:
+        browser = _chromium(pw)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(f"{base}/lab/tree/study/out?reset&token={token}")
+            marker = page.locator(".jp-DirListing-item", has_text="run.fabnb")
+            marker.wait_for(timeout=90_000)
+            # Compare with… on run.fabnb: the run's viewer, at its comparison's form.
+            marker.click(button="right")
+            page.locator(".lm-Menu-item:not(.lm-mod-hidden)", has_text="Compare with…").click()
+            page.locator(".fabnb-viewer .fabnb-compare-runs select[name='base']").wait_for(timeout=60_000)
+            _wait_until(lambda: page.evaluate("document.activeElement?.name") == "base", 10)
+            # Plan on experiment.toml, from the menu.
+            page.evaluate("() => { window.jupyterapp.commands.execute('filebrowser:go-to-path', {path: 'study/'}); }")
+            toml = page.locator(".jp-DirListing-item", has_text="experiment.toml")
+            toml.click(button="right")
+            page.locator(".lm-Menu-item:not(.lm-mod-hidden)", has_text="Plan (FAB-Bench)").click()
+            page.locator("#fabnb-plan .fabnb-plan-text", has_text="1 question").wait_for(timeout=120_000)
+            # Shortcuts: Plan and Run in the editor, Stop anywhere (the walk above presses Plan's).
+            bound = page.evaluate("() => window.jupyterapp.commands.keyBindings.map(b => [b.command, "
+                                  "b.keys.join(' ')])")
+            assert {("fabnb:plan", "Alt Shift P"), ("fabnb:run", "Alt Shift R"),
+                    ("fabnb:stop", "Alt Shift S")} <= {tuple(b) for b in bound}
+            # A setting changed in the Settings Editor: the runs folder New experiment writes its output to.
+            page.evaluate("() => { window.jupyterapp.commands.execute('settingeditor:open', {query: 'FAB-Bench'}); }")
+            field = page.locator("input[id$='runsFolder']")
+            field.wait_for(timeout=60_000)
+            field.fill("my-runs")
+            field.press("Tab")
+            _wait_until(lambda: "my-runs" in page.evaluate(
+                "async () => JSON.stringify((await window.jupyterapp.serviceManager.settings.fetch("
+                "'fabnb-jupyterlab:plugin')).raw)"), 30)
+            page.evaluate("() => { window.jupyterapp.commands.execute('fabnb:new-experiment'); }")
+            page.locator(".jp-Dialog-button.jp-mod-accept").click()
+            _wait_until(lambda: (study / "experiment-1.toml").is_file(), 30)
+            made = (study / "experiment-1.toml").read_text()
+            assert 'output = "my-runs/experiment-1"' in made and 'name = "experiment-1"' in made
+            _shot(page, "settings")
+        finally:
+            browser.close()

@@ -58,7 +58,9 @@ def test_a_run_writes_its_marker_and_its_progress(tmp_path, monkeypatch):
     out = tmp_path / "out"
     marker = json.loads((out / MARKER).read_text())
     assert marker["name"] == "stub-study" and marker["experiment_file"] == str(path)
-    assert read_progress(out)["state"] == "reporting" and read_progress(out)["done"] == 2 + 4
+    # The bar counts a stage at a time, as the plan does: the last stage, judge, ended at 4 of its 4 calls.
+    assert read_progress(out)["state"] == "reporting" and read_progress(out)["stage"] == "judge"
+    assert (read_progress(out)["done"], read_progress(out)["total"]) == (4, 4)
     status = run_status(out, tmp_path)
     assert status["state"] == "finished" and status["path"] == "out"
     assert [(s["stage"], s["ok"], s["planned"], s["state"]) for s in status["stages"]] == \
@@ -87,6 +89,12 @@ def test_a_killed_run_reads_interrupted_and_a_held_one_running(tmp_path):
         assert status["progress"]["eta_s"] == 20.0
         assert [(s["stage"], s["state"]) for s in status["stages"]] == [("answers", "in flight"),
                                                                        ("judge", "planned")]
+        assert status["stages"][0]["eta_s"] == 20.0 and status["stages"][0]["ok"] == 2  # the live count
+        # A stop was asked: "stopping", with the calls in flight, until the run lets its folder go.
+        (out / "progress.json").write_text(json.dumps({"state": "stopping", "stage": "answers", "done": 2,
+                                                       "total": 4, "in_flight": 2}))
+        status = run_status(out)
+        assert (status["state"], status["label"], status["progress"]["in_flight"]) == ("stopping", "stopping…", 2)
         from fabnb.core.records import HeldError, hold
 
         # The status probe took nothing from the holder: a second run is still refused, naming it.
@@ -158,3 +166,64 @@ def test_twenty_runs_are_listed_without_reading_a_store(tmp_path, monkeypatch):
     monkeypatch.setattr(io, "open", guarded)  # pathlib's read_text opens through io.open
     statuses = [run_status(f, tmp_path) for f in find_runs(tmp_path)]
     assert len(statuses) == 20 and {s["state"] for s in statuses} == {"finished"}
+
+
+def test_a_stopped_run_is_stopped_by_you_not_a_crash_and_counts_the_plans_calls(tmp_path):
+    """Seen: a stopped run showed a red "KeyboardInterrupt:" like a crash, and "judge planned 8" (stored answers x
+    metrics) where the plan said 20."""
+    out = tmp_path / "run"
+    out.mkdir()
+    write_marker(out, "demo", "demo.toml")
+    manifest = {"name": "demo", "runs": [{"started": "t0", "ended": "t1", "status": "stopped",
+                                          "cause": "KeyboardInterrupt: "}],
+                "planned": [{"stage": "answers", "calls": 10, "done": 0}, {"stage": "judge", "calls": 20, "done": 0}],
+                "stages": [{"stage": "answers", "planned": 10, "ok": 4, "failed": 0},
+                           {"stage": "judge", "planned": 8, "ok": 2, "failed": 0}]}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    status = run_status(out)
+    assert (status["state"], status["label"], status["cause"]) == ("stopped", "stopped by you", None)
+    assert [(s["stage"], s["ok"], s["planned"], s["state"]) for s in status["stages"]] == \
+        [("answers", 4, 10, "planned"), ("judge", 2, 20, "planned")]
+    manifest["runs"][-1].update(status="failed", cause="OSError: disk full")
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert run_status(out)["cause"] == "OSError: disk full"  # a failure still says why
+
+
+def test_a_stage_starts_from_the_plans_done_and_counts_its_own_calls(tmp_path):
+    """Seen: one bar named "answers" counted answer and judge calls together ("answers: 1/63" beside "judge 0/54")."""
+    clock = Clock()
+    bar = ProgressFile(tmp_path, total=9, desc="answers", clock=clock)
+    bar.start_stage("answers", 3, 9)
+    bar.update(6)
+    bar.start_stage("judge", 5, 54)
+    clock.t = 2.0
+    bar.update(2)
+    bar.refresh()
+    got = read_progress(tmp_path)
+    assert (got["stage"], got["done"], got["total"], got["rate_per_s"]) == ("judge", 7, 54, 1.0)
+    bar.stopping(2)
+    assert (read_progress(tmp_path)["state"], read_progress(tmp_path)["in_flight"]) == ("stopping", 2)
+    bar.update(1)  # an answer in flight landed: still stopping
+    assert read_progress(tmp_path)["state"] == "stopping"
+
+
+def test_a_run_is_listed_from_its_first_second(tmp_path, monkeypatch):
+    """Seen: a new run was invisible for its first 10-20 s; the marker came after the questions, the chunking, the
+    model's start and the plan."""
+    import fabnb.experiment.run as run_module
+
+    seen = []
+    real = run_module._inputs
+
+    def slow_inputs(exp, build):
+        seen.append((find_runs(tmp_path), run_status(tmp_path / "out")["label"]))
+        return real(exp, build)
+
+    monkeypatch.setattr(run_module, "_inputs", slow_inputs)
+    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FABNB_TEST_KEY", "sk-test")
+    with StubServer(judge_or_echo) as server:
+        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
+        path = write_file(tmp_path, sample=1, windows="[1]", modes='["A"]', metrics='["relevance"]')
+        run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    assert seen == [([tmp_path / "out"], "starting")]

@@ -599,6 +599,69 @@ def test_grid_records_failures_goes_on_and_resumes_without_asking_again(tmp_path
         assert len(pairs) == 18 and pairs.answer_B.str.startswith("answer to").all()
 
 
+class _Held:
+    """A system whose answers wait until the test lets each go (a slow model with two calls in flight)."""
+
+    name, model = "held", "m"
+
+    def __init__(self):
+        import threading
+
+        self.go, self.asked = threading.Semaphore(0), 0
+
+    def ask(self, question, config, gold_context=None):
+        import types
+
+        self.asked += 1
+        self.go.acquire(timeout=30)
+        return types.SimpleNamespace(answer="an answer", sources=None, context_tokens=1, prompt_tokens=1,
+                                     completion_tokens=1, latency_s=0.1, context_signal=None)
+
+
+def test_a_stop_keeps_the_answers_in_flight_and_a_second_stop_abandons_them(tmp_path):
+    """Seen: after *Stop* a run said "running" for about 3 minutes while its calls in flight finished, with nothing
+    to say so and no way to cut it short. Now the bar says "stopping" with the calls left, each answer that lands
+    is stored, nothing more is asked, and a second stop leaves at once."""
+    import threading
+
+    system, said = _Held(), []
+
+    class Bar:  # the runner's bar (fabnb.experiment.progress.ProgressFile): counts, and hears the stop
+        n = total = 0
+
+        def update(self, n=1):
+            self.n += n
+
+        def refresh(self):
+            pass
+
+        def stopping(self, in_flight):
+            said.append(in_flight)
+            if in_flight == 2:
+                system.go.release()  # one call in flight lands after the stop
+            else:
+                os.kill(os.getpid(), signal.SIGINT)  # the second stop
+
+    def first_stop():
+        deadline = time.monotonic() + 20
+        while system.asked < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    store = ResultsStore(tmp_path / "r.jsonl")
+    threading.Thread(target=first_stop, daemon=True).start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_grid([system], QUESTIONS, [4], store, concurrency=2, progress=Bar())
+        assert time.monotonic() - start < 15  # the abandoned call (30 s) was not waited for
+        assert said == [2, 1] and system.asked == 2  # nothing asked after the stop
+        assert len(store.frame()) == 1  # the answer that landed while stopping was kept
+    finally:
+        system.go.release()
+
+
 def test_grid_raise_policy_stops_and_keeps_what_was_stored(tmp_path):
     with StubServer(lambda r, n: (500, {"error": "down"}, {}) if n == 3 else (200, completion("ok"), {})) as server:
         store = ResultsStore(tmp_path / "r.jsonl")

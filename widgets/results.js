@@ -12,7 +12,8 @@ function renderResults(root, source) {
   "use strict";
   const started = performance.now();
   const S = source.summary, C = source.cells;
-  const VIEW_ROWS = 100;
+  const asked = Number(new URLSearchParams(window.location.search).get("rows"));   // JupyterLab's "Rows per page"
+  const VIEW_ROWS = Number.isInteger(asked) && asked >= 10 && asked <= 1000 ? asked : 100;
   const timing = { open_ms: 0 };
   const el = (tag, text, cls) => { const e = document.createElement(tag); if (text !== undefined && text !== null) e.textContent = String(text); if (cls) e.className = cls; return e; };
   const fmt = (v) => (v === null || v === undefined) ? "-" : (typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toFixed(3)) : String(v));
@@ -172,6 +173,10 @@ function renderResults(root, source) {
       const gold = new Set(q.gold_doc_ids || []);
       d.textContent = "";
       d.appendChild(el("h3", `${r[col.system]} · ${r[col.context_k]}K · mode ${r[col.mode]} · ${id} (${r[col.state]})`, "key"));
+      const c = x.call || {}, known = (v) => v !== null && v !== undefined;
+      d.appendChild(el("div", "answer's call: " + [known(c.latency_s) ? `${fmt(c.latency_s)} s` : "latency not recorded",
+        known(c.prompt_tokens) ? `${c.prompt_tokens} prompt + ${c.completion_tokens} completion tokens` : "tokens not recorded",
+        known(c.cost_usd) ? `$${c.cost_usd.toFixed(6)}` : "cost unknown (no price for this model)"].join(" · "), "meta call"));
       const text = (title, value, cls) => { d.appendChild(el("h3", title)); d.appendChild(el("div", value || "(none)", "text " + (cls || ""))); };
       text("Question", C.questions[id] || "(not in the page)", "question");
       text("Expected answer", q.expected);

@@ -47,7 +47,7 @@ def stage_bar(progress, total: int, desc: str, shared_total: bool = False):
     ``progress`` True makes a bar of the stage's own over ``total`` cells; an object with
     ``update(n)`` is a bar shared by several stages (``fabnb run``), left open, and with
     ``shared_total`` its total becomes what is done plus ``total`` (a later stage knows its
-    count only when it starts); False makes none.
+    count only when it starts), or stays the larger total its runner set; False makes none.
 
     Examples
     --------
@@ -56,8 +56,8 @@ def stage_bar(progress, total: int, desc: str, shared_total: bool = False):
     """
     release_bar_lock()
     if hasattr(progress, "update"):
-        if shared_total:
-            progress.total = progress.n + total
+        if shared_total:  # never below a total the runner set from its plan (fabnb run's judge stage)
+            progress.total = max(int(progress.total or 0), progress.n + total)
             progress.refresh()
         return progress, False
     if not progress:

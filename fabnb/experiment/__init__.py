@@ -90,7 +90,17 @@ from .planning import (
                      probe_endpoints,
 )
 from .prices import PRICES, cost_of, price_of, price_text
-from .progress import MARKER, PROGRESS, RUN_STATES, ProgressFile, find_runs, read_progress, run_status, write_marker
+from .progress import (
+                     MARKER,
+                     PROGRESS,
+                     RUN_STATES,
+                     STATE_LABELS,
+                     ProgressFile,
+                     find_runs,
+                     read_progress,
+                     run_status,
+                     write_marker,
+)
 from .report import (
                      COVERAGE_COLUMNS,
                      FEW_QUESTIONS,
@@ -107,10 +117,10 @@ __all__ = ["ALLOWABLE", "CONFIRM_HOURS", "CONFIRM_USD", "COVERAGE_COLUMNS", "Com
            "ConfirmationNeeded", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment", "ExperimentError",
            "ExperimentRun", "FAILURE_COLUMNS", "FEW_QUESTIONS", "FIGURE_FORMATS", "HISTORY_COLUMNS", "JudgeSpec",
            "MARKER", "MAX_WINDOWS", "PLAN_COLUMNS", "PRICES", "PROBES_FILE", "PROBE_COLUMNS", "PROGRESS", "Plan",
-           "PlanInputs", "ProgressFile", "QuestionsSpec", "RANGES", "RUN_STATES", "ReportFiles", "ReportSpec",
-           "SystemSpec", "TALLY_COLUMNS", "caveats", "check_output", "check_range", "check_table", "compare_runs",
-           "compare_scores", "cost_of", "coverage", "failures", "find_runs", "keep_probes", "kept_probes",
-           "no_duplicates", "plan", "price_of", "price_text", "prices_from_table", "probe_endpoints",
+           "PlanInputs", "ProgressFile", "QuestionsSpec", "RANGES", "RUN_STATES", "STATE_LABELS", "ReportFiles",
+           "ReportSpec", "SystemSpec", "TALLY_COLUMNS", "caveats", "check_output", "check_range", "check_table",
+           "compare_runs", "compare_scores", "cost_of", "coverage", "failures", "find_runs", "keep_probes",
+           "kept_probes", "no_duplicates", "plan", "price_of", "price_text", "prices_from_table", "probe_endpoints",
            "question_scores", "questions_hash", "read_manifest", "read_progress", "read_run", "resolve_path",
            "run_differences", "run_experiment", "run_status", "scores_by_question", "spent", "stored", "stores",
            "systems_from_tables", "tally", "write_json", "write_manifest", "write_marker", "write_report",

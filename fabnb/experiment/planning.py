@@ -86,14 +86,14 @@ class Plan:
         secs = self.table["seconds"]
         return None if secs.isna().any() else float(secs.sum())
 
-    def confirmation(self, exp: Experiment) -> str | None:
+    def confirmation(self, exp: Experiment, usd: float | None = None) -> str | None:
         """Why this plan must be confirmed before it starts, or None.
 
-        A plan asks when its cost to do passes ``confirm_usd`` (default :data:`CONFIRM_USD`), unless
-        ``budget_usd`` is set (the run stops before the budget), or its time to do passes ``confirm_hours``
-        (default :data:`CONFIRM_HOURS`). An unknown cost or time asks nothing of its own.
+        A plan asks when its cost to do passes ``confirm_usd`` (default :data:`CONFIRM_USD`; ``usd``, JupyterLab's
+        setting, overrides both), unless ``budget_usd`` is set (the run stops before the budget), or its time to do
+        passes ``confirm_hours`` (default :data:`CONFIRM_HOURS`). An unknown cost or time asks nothing of its own.
         """
-        usd = CONFIRM_USD if exp.confirm_usd is None else exp.confirm_usd
+        usd = usd if usd is not None else CONFIRM_USD if exp.confirm_usd is None else exp.confirm_usd
         hours = CONFIRM_HOURS if exp.confirm_hours is None else exp.confirm_hours
         over = []
         cost, secs = self.total_cost, self.total_seconds
@@ -444,7 +444,8 @@ def plan(exp: Experiment, probe: bool = False, inputs: PlanInputs | None = None)
     capped by the window's output budget; judge prompts from DeepEval's G-Eval template
     with each metric's rubric, the question, the gold answer, that answer estimate and,
     for rubrics that read the context, the context. With ``probe`` one small call per
-    endpoint measures its speed and the model name it reports.
+    endpoint measures its speed and the model name it reports; without, the probes a run of
+    this folder kept give the time of their endpoints (no call is made).
 
     Returns
     -------
@@ -468,9 +469,11 @@ def plan(exp: Experiment, probe: bool = False, inputs: PlanInputs | None = None)
     questions = inputs.questions
     answers = _answer_estimates(exp, questions, inputs.chunks, exp.configs())
     answers, judged = _mark_done(exp, answers, _judge_estimates(exp, questions, answers))
-    probes = (probe_endpoints(exp, inputs.built, only=_endpoints_to_do(exp, answers, judged),
-                              kept=kept_probes(exp.output))
-              if probe else pd.DataFrame(columns=_MEASURED_COLUMNS))
+    kept, to_do = kept_probes(exp.output), _endpoints_to_do(exp, answers, judged)
+    if not probe:  # no call, yet the time of every endpoint a run of this folder measured (its kept probes)
+        to_do &= set(kept["endpoint"])
+    probes = (probe_endpoints(exp, inputs.built, only=to_do, kept=kept) if probe or to_do
+              else pd.DataFrame(columns=_MEASURED_COLUMNS))
     speed = {r.endpoint: (r.s_per_prompt_token, r.s_per_completion_token) for r in probes.itertuples()}
     rows, max_call = [], {}
     for spec in exp.systems:

@@ -31,16 +31,21 @@ from pathlib import Path
 from ..core.records import held_by
 from .output import now, write_json
 
-__all__ = ["MARKER", "PROGRESS", "RUN_STATES", "ProgressFile", "find_runs", "read_progress", "run_status",
-           "write_marker"]
+__all__ = ["MARKER", "PROGRESS", "RUN_STATES", "STATE_LABELS", "ProgressFile", "find_runs", "read_progress",
+           "run_status", "write_marker"]
 
 #: The file that marks a folder as an experiment's run (JSON: its name, experiment file and fabnb version).
 MARKER = "run.fabnb"
 #: The runner's progress file, rewritten at a bounded rate while a stage runs.
 PROGRESS = "progress.json"
 #: What :func:`run_status` can say of a run.
-RUN_STATES = ("new", "running", "interrupted", "finished", "stopped", "stopped-by-budget", "failed",
+RUN_STATES = ("new", "running", "stopping", "interrupted", "finished", "stopped", "stopped-by-budget", "failed",
               "unreadable")
+#: What the runs sidebar, the CLI and the magics call each state (one vocabulary; the states are the keys).
+STATE_LABELS = {"new": "new", "running": "running", "stopping": "stopping…", "interrupted": "interrupted (killed)",
+                "finished": "finished", "stopped": "stopped by you", "stopped-by-budget": "stopped by its budget",
+                "failed": "failed", "unreadable": "unreadable", "starting": "starting",
+                "ending": "ending (stopping its model)"}
 _SKIP = {"node_modules", "site-packages", "__pycache__"}
 
 
@@ -82,6 +87,7 @@ class ProgressFile:
         self._n, self._total, self.desc = 0, int(total), desc
         self._start = self._last = self.clock()
         self._n0 = 0
+        self._in_flight: int | None = None
         self._write()
 
     @property
@@ -112,6 +118,23 @@ class ProgressFile:
             self.bar.set_description(desc)
         self._write()
 
+    def start_stage(self, desc: str, done: int, total: int) -> None:
+        """A stage begins with ``done`` of its ``total`` calls already stored (the plan's numbers): the bar counts
+        that stage alone, from there, so the CLI, the sidebar and the magics all say "judge 3/20"."""
+        self._n, self._total = int(done), int(total)
+        if self.bar is not None:
+            self.bar.reset(total=total)
+            self.bar.initial = self.bar.n = int(done)  # tqdm's rate counts from ``initial``: this run's calls only
+        self.set_description(desc)
+
+    def stopping(self, in_flight: int) -> None:
+        """A stop was asked: say so at once, with the calls still in flight (written on every change: a
+        watcher counts them down)."""
+        self._in_flight = int(in_flight)
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"stopping: {in_flight} call(s) in flight; stop again to abandon them")
+        self._write("stopping")
+
     def refresh(self) -> None:
         if self.bar is not None:
             self.bar.refresh()
@@ -122,7 +145,8 @@ class ProgressFile:
             self.bar.close()
         self._write(state)
 
-    def _write(self, state: str = "running") -> None:
+    def _write(self, state: str | None = None) -> None:
+        state = state or ("running" if self._in_flight is None else "stopping")
         t = self.clock()
         self._last = t
         done, total = int(self.n), int(self.total or 0)
@@ -132,7 +156,7 @@ class ProgressFile:
         try:
             write_json(self.path, {"state": state, "stage": self.desc, "done": done, "total": total,
                                     "rate_per_s": None if rate is None else round(rate, 3), "eta_s": eta,
-                                    "updated": now()})
+                                    "in_flight": self._in_flight, "updated": now()})
         except OSError:
             pass  # a full disk: the stores say so when they fail; the progress file is only for watchers
 
@@ -156,27 +180,37 @@ def read_progress(out: Path) -> dict | None:
 
 
 def _stage_rows(manifest: dict, progress: dict | None, in_flight: bool) -> list[dict]:
-    """One row per stage (answers, judge): planned, ok, failed, and its state (planned, done, failed, in flight)."""
+    """One row per stage (answers, judge): planned, ok, failed, and its state (planned, done, failed, in flight).
+
+    "Planned" is the plan's number of calls (the manifest's ``planned``, the same the CLI printed and the bar
+    counts to), not the stores' count: once answers fail, the judge has fewer answers to score than planned, and
+    the row says so. The stage in flight counts its calls from the progress file."""
     stages: dict[str, dict] = {}
 
-    def stage(row: dict) -> dict:
-        name = str(row.get("stage"))
-        return stages.setdefault(name, {"stage": name, "planned": 0, "ok": 0, "failed": 0, "cost_usd": 0.0})
+    def stage(name) -> dict:
+        return stages.setdefault(str(name), {"stage": str(name), "planned": 0, "ok": 0, "failed": 0, "cost_usd": 0.0})
 
-    for row in manifest.get("stages") or []:
-        s = stage(row)
-        for k in ("planned", "ok", "failed"):
-            s[k] += int(row.get(k) or 0)
+    plan_rows = manifest.get("planned") or []
+    for row in plan_rows:
+        s = stage(row.get("stage"))
+        s["planned"] += int(row.get("calls") or 0)
+    tallied = manifest.get("stages") or []
+    for row in tallied:
+        s = stage(row.get("stage"))
+        s["ok"] += int(row.get("ok") or 0)
+        s["failed"] += int(row.get("failed") or 0)
         s["cost_usd"] += float(row.get("cost_usd") or 0.0)
-    if not stages:  # a run's first stage: the plan says what is planned
-        for row in manifest.get("planned") or []:
-            s = stage(row)
-            s["planned"] += int(row.get("calls") or 0)
-            s["ok"] += int(row.get("done") or 0)
+        if not plan_rows:  # a manifest from before plans were kept: the stores' count
+            s["planned"] += int(row.get("planned") or 0)
+    if not tallied:  # a run's first stage: what the plan found stored
+        for row in plan_rows:
+            stage(row.get("stage"))["ok"] += int(row.get("done") or 0)
     live = progress.get("stage") if in_flight and progress else None
     for s in stages.values():
         if s["stage"] == live:
             s["state"] = "in flight"
+            s["ok"] = max(s["ok"], int(progress.get("done") or 0))
+            s["eta_s"] = progress.get("eta_s")
         elif s["planned"] and s["ok"] >= s["planned"]:
             s["state"] = "done"
         elif s["failed"]:
@@ -193,10 +227,11 @@ def run_status(folder: str | Path, root: str | Path | None = None) -> dict:
     Returns
     -------
     dict
-        path (relative to ``root`` when given), name, state (one of :data:`RUN_STATES`), holder (the lock's
-        holder, or None), stages (stage, planned, ok, failed, cost_usd, state), progress (the progress file
-        while in flight, else None), spent_usd, started, ended, cause (a failed run's), problem (a file that
-        cannot be read, and what to do), experiment_file.
+        path (relative to ``root`` when given), name, state (one of :data:`RUN_STATES`), label (what to call
+        it, :data:`STATE_LABELS`; "starting" before its manifest), holder (the lock's
+        holder, or None), stages (stage, planned, ok, failed, cost_usd, state; eta_s in flight), progress (the
+        progress file while in flight, else None), spent_usd, started, ended, cause (a failed run's, never a
+        stop's), problem (a file that cannot be read, and what to do), experiment_file.
     """
     folder = Path(folder)
     marker, problem = _read_json(folder / MARKER)
@@ -204,15 +239,16 @@ def run_status(folder: str | Path, root: str | Path | None = None) -> dict:
     problem = problem or manifest_problem
     holder = held_by(folder) if folder.is_dir() else None
     rel = os.path.relpath(folder, root) if root is not None else str(folder)
-    out = {"path": rel, "name": (marker or manifest or {}).get("name") or folder.name, "holder": holder,
+    out = {"path": rel, "name": (marker or manifest or {}).get("name") or folder.name, "label": None, "holder": holder,
            "stages": [], "progress": None, "spent_usd": None, "started": None, "ended": None, "cause": None,
            "problem": None, "experiment_file": (marker or manifest or {}).get("experiment_file")}
     if problem:
-        out.update(state="running" if holder else "unreadable",
+        out.update(state="running" if holder else "unreadable", label="running" if holder else "unreadable",
                    problem=f"{problem}: restore it from a copy, or run the experiment again into a new folder.")
         return out
-    if manifest is None:
+    if manifest is None:  # a run from its first second (its marker and lock come before the slow steps)
         out["state"] = "running" if holder else "new"
+        out["label"] = "starting" if holder else "new"
         return out
     runs = manifest.get("runs") or [{}]
     last = runs[-1] if isinstance(runs[-1], dict) else {}
@@ -224,9 +260,14 @@ def run_status(folder: str | Path, root: str | Path | None = None) -> dict:
     else:
         state = status if status in RUN_STATES else "failed"
     progress = read_progress(folder) if holder else None
-    out.update(state=state, stages=_stage_rows(manifest, progress, bool(holder)), progress=progress,
+    if holder and progress and progress.get("state") == "stopping":
+        state = "stopping"  # a stop was asked; its calls in flight are finishing (progress: in_flight)
+    # A stop the user asked for is no failure: its KeyboardInterrupt is not shown as a cause.
+    cause = None if state in ("stopped", "stopping") else last.get("cause")
+    out.update(state=state, label=STATE_LABELS.get(state, state),
+               stages=_stage_rows(manifest, progress, bool(holder)), progress=progress,
                spent_usd=manifest.get("spent_usd"), started=last.get("started"), ended=last.get("ended"),
-               cause=last.get("cause"))
+               cause=cause)
     return out
 
 

@@ -38,7 +38,8 @@ from .output import (
     write_manifest,
 )
 from .planning import Plan, PlanInputs, keep_probes, plan
-from .progress import ProgressFile, write_marker
+from .prices import price_of
+from .progress import MARKER, ProgressFile, write_marker
 from .report import write_report
 
 __all__ = ["ConfirmationNeeded", "ExperimentRun", "run_experiment"]
@@ -100,6 +101,10 @@ def _start_manifest(exp: Experiment, old: dict | None, plan_: Plan, questions: p
             "fabnb": __version__, "versions": versions(), "rubric_version": RUBRIC_VERSION, "seed": exp.seed,
             "rubric_sha256": rubric_hash(), "questions_sha256": questions_hash(questions),
             "signatures": signatures, "question_ids": list(questions["test_id"]),
+            # The prices this run was costed with (the file's [prices], else fabnb's table): a cell's cost in the
+            # results views is its tokens at these.
+            "prices": {m: p for m in {*(s.endpoint.model for s in exp.systems if s.uses_endpoint), exp.judge.model}
+                       if (p := price_of(m, exp.prices)) is not None},
             "questions_source": exp.questions_source,
             "statistics": {"interval": "95% over questions, chosen by sample size (fabnb.core.stats.cell_means: "
                                        "Student's t below 100 questions, the percentile bootstrap from there)",
@@ -125,7 +130,7 @@ def _judge_stage(exp: Experiment, questions: pd.DataFrame, plan_: Plan, bar) -> 
     from ..judge import judge_results
 
     if bar is not None:
-        bar.set_description("judge")
+        bar.start_stage("judge", *_stage_counts(plan_, "judge"))
     a_store, s_store = stores(exp.output)
     judge = exp.judge.llm(concurrency=exp.judge_concurrency, n_ctx=exp.judge_n_ctx, logprobs=exp.logprobs)
     # The answers with their sources are the largest object of the run: they live only in this function.
@@ -194,6 +199,10 @@ def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe
         raise ExperimentError(f"{exp.source}: output = {str(exp.output)!r} cannot be made a folder "
                               f"({exc.strerror or exc}); name a folder you can write to.") from None
     with hold(exp.output, f"the experiment {exp.name!r}"):  # one run per folder: a second is refused at once
+        if not (exp.output / MARKER).exists():
+            # Seen by the runs sidebar from its first second, not after the questions, the chunking, the model's
+            # start and the plan (10-20 s); a folder with a marker keeps it until check_output has passed.
+            write_marker(exp.output, exp.name, exp.source)
         return _run(exp, opts)
 
 
@@ -294,7 +303,7 @@ def _save(exp: Experiment, manifest: dict, questions: pd.DataFrame, status: str,
 def _stages(exp: Experiment, inputs: PlanInputs, plan_: Plan, manifest: dict, opts: _Options) -> ExperimentRun:
     """Answers, judge scores and the report, the manifest saved after each; a stop or a failure is recorded."""
     questions = inputs.questions
-    bar = _progress_bar(exp.output, int(plan_.table["todo"].sum()), opts.progress)
+    bar = _progress_bar(exp.output, _stage_counts(plan_, "answers"), opts.progress)
     try:
         finished = _answer_stage(exp, [inputs.built[s.name] for s in exp.systems], questions, plan_, bar)
         _save(exp, manifest, questions, "running")
@@ -313,15 +322,24 @@ def _stages(exp: Experiment, inputs: PlanInputs, plan_: Plan, manifest: dict, op
     return ExperimentRun(exp.output, plan_, t, status, failed, report.summary)
 
 
-def _progress_bar(out: Path, todo: int, shown: bool) -> ProgressFile:
-    """One bar over the stages, through progress.json (JupyterLab's runs sidebar reads it while the stages run)."""
+def _stage_counts(plan_: Plan, stage: str) -> tuple[int, int]:
+    """A stage's calls done and planned, as the plan counts them (what the bar, the sidebar and the CLI say)."""
+    rows = plan_.table[plan_.table["stage"] == stage]
+    return int(rows["done"].sum()), int(rows["calls"].sum())
+
+
+def _progress_bar(out: Path, answers: tuple[int, int], shown: bool) -> ProgressFile:
+    """One bar, a stage at a time, through progress.json (JupyterLab's runs sidebar reads it while the stages run);
+    ``answers`` is the first stage's done and planned."""
     release_bar_lock()  # a stop that landed inside tqdm in an earlier run of this kernel left its lock held
     bar = None
     if shown:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=todo, desc="answers", unit="call")
-    return ProgressFile(out, bar, total=todo, desc="answers")
+        bar = tqdm(total=answers[1], desc="answers", unit="call")
+    progress = ProgressFile(out, bar, total=answers[1], desc="answers")
+    progress.start_stage("answers", *answers)
+    return progress
 
 
 def _record_end(exp: Experiment, manifest: dict, questions: pd.DataFrame, bar: ProgressFile, exc: BaseException,

@@ -72,24 +72,49 @@ def runs(root: str | Path, jobs=None) -> list[dict]:
     Reads each run's marker, manifest and progress file, never a store. ``jobs`` (the server's
     :class:`fabnb.jupyter.jobs.Jobs`) adds ``started_here`` to the runs this server started.
     """
-    from ..experiment.progress import find_runs, run_status
+    from ..experiment.progress import STATE_LABELS, find_runs, run_status
 
     root = Path(root).resolve()
     out = [run_status(folder, root) for folder in find_runs(root)]
     mine = jobs.folders() if jobs is not None else set()
+    asked = jobs.stops_asked() if jobs is not None else set()
     for r in out:
-        r["started_here"] = str((root / r["path"]).resolve()) in mine
+        where = str((root / r["path"]).resolve())
+        r["started_here"] = where in mine
         if r["started_here"] and r["state"] == "new":
             r["state"] = "starting"  # its process is up and has not taken its folder yet
-        elif r["started_here"] and r["state"] != "running":
+        elif r["state"] == "running" and where in asked:
+            r["state"] = "stopping"  # from the click on, before the run's progress file says so
+        elif r["started_here"] and r["state"] not in ("running", "stopping"):
             # Its process let the folder go and is still up (stopping the embedded model's server): a Resume
             # now would be refused, so the sidebar offers none until it has ended.
             r["state"] = "ending"
-    return sorted(out, key=lambda r: (r["state"] != "running", str(r.get("started") or "")))
+        if r["state"] != "running" or not r["label"]:
+            r["label"] = STATE_LABELS.get(r["state"], r["state"])
+    # Live runs first, the newest first; then the others, the newest first. The sidebar keeps the order it has
+    # shown while it is open (a run that ends stays where it was) and puts a new run on top.
+    return sorted(out, key=lambda r: (r["state"] not in _LIVE, _negated(str(r.get("started") or ""))))
 
 
-def plan_file(root: str | Path, rel: str) -> dict:
-    """The plan of an experiment TOML (what ``fabnb run FILE --dry-run`` prints, without probes).
+_LIVE = ("starting", "running", "stopping", "ending")
+
+
+def _negated(text: str) -> tuple:
+    """A sort key that orders ISO times newest first (an unknown time last)."""
+    return (not text, tuple(-ord(c) for c in text))
+
+
+#: The longest a plan with probes may take (starting the embedded model and three short calls per endpoint).
+PROBE_TIMEOUT_S = 600
+
+
+def plan_file(root: str | Path, rel: str, probe: bool = False, confirm_usd: float | None = None) -> dict:
+    """The plan of an experiment TOML (what ``fabnb run FILE --dry-run`` prints).
+
+    Without ``probe`` no call is made: the time comes from the probes a run of the folder kept, else it is "not
+    probed". With ``probe`` the plan is made in a child process (``fabnb run FILE --dry-run`` does the same): it
+    starts the embedded model if the file names it, measures each endpoint with three short calls, and ends,
+    taking the model's server with it; the server's own process starts nothing.
 
     Returns
     -------
@@ -98,13 +123,44 @@ def plan_file(root: str | Path, rel: str) -> dict:
         table), output (the run's folder, relative to the root, or None when it is outside), missing_env (the
         environment variables this server lacks, which a run started from here needs), running (the holder
         of the output folder when a run holds it), confirm (why the run must be confirmed before it starts,
-        :meth:`fabnb.experiment.Plan.confirmation`, or None).
+        :meth:`fabnb.experiment.Plan.confirmation`, with ``confirm_usd`` (JupyterLab's setting) over the file's
+        threshold; or None).
     """
+    path = confine(root, rel)
+    if confirm_usd is not None and (isinstance(confirm_usd, bool) or not isinstance(confirm_usd, (int, float))
+                                    or not 0 <= confirm_usd < 1e9):
+        raise ApiError(f"confirm_usd = {str(confirm_usd)[:40]!r} is not a number of dollars (0 or more); fix it in "
+                       "the FAB-Bench settings, or clear it to use the file's.")
+    if probe:
+        return _plan_in_child(root, rel)
+    return _plan(root, path, probe=False, confirm_usd=confirm_usd)
+
+
+def _plan_in_child(root: str | Path, rel: str) -> dict:
+    """:func:`plan_file` with probes, made by a child process (so the embedded model's server ends with it)."""
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run([sys.executable, "-m", "fabnb.jupyter.api", str(root), rel], capture_output=True,
+                              text=True, timeout=PROBE_TIMEOUT_S, cwd=str(confine(root, rel).parent))
+    except subprocess.TimeoutExpired:
+        raise ApiError(f"{rel}: the probes took over {PROBE_TIMEOUT_S} s; is the endpoint up? Plan without "
+                       "probes, or run `fabnb run FILE --dry-run` in a terminal to see where it waits.", 504) from None
+    lines = done.stdout.strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, ValueError):
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise ApiError(f"{rel}: the plan with probes failed: {said[-1][:300] if said else 'no output'}; run "
+                       "`fabnb run FILE --dry-run` in a terminal for the whole message.", 500) from None
+
+
+def _plan(root: str | Path, path: Path, probe: bool, confirm_usd: float | None = None) -> dict:
     from ..core.records import held_by
     from ..experiment import Experiment, run_experiment
     from ..experiment.output import json_records
 
-    path = confine(root, rel)
     try:
         exp = Experiment.from_file(path)
     except FabnbError as exc:
@@ -120,11 +176,11 @@ def plan_file(root: str | Path, rel: str) -> dict:
                 "JupyterLab, or run it from a terminal."}
     said: list[str] = []
     try:
-        run = run_experiment(exp, dry_run=True, probe=False, progress=False, echo=said.append)
+        run = run_experiment(exp, dry_run=True, probe=probe, progress=False, echo=said.append)
     except FabnbError as exc:
         return {"ok": False, **base, "error": str(exc)}
     return {"ok": True, **base, "text": "\n".join(said), "rows": json_records(run.plan.table.drop(columns=["price"])),
-            "confirm": run.plan.confirmation(exp)}
+            "confirm": run.plan.confirmation(exp, confirm_usd)}
 
 
 def doctor_table() -> list[dict]:
@@ -143,13 +199,15 @@ def kind_table() -> list[dict]:
     return kinds_json()
 
 
-def new_experiment(root: str | Path, folder: str, name: str = "experiment.toml", kind: str = "") -> str:
+def new_experiment(root: str | Path, folder: str, name: str = "experiment.toml", kind: str = "",
+                   runs_folder: str = "fabnb-runs") -> str:
     """Write a commented experiment TOML (the offline example's, its output beside it) into ``folder``; with a
     ``kind`` other than the reference system, a ``[[systems]]`` table of that kind to fill in is added beside the
     example's (:meth:`fabnb.rag.kinds.SystemKind.template`).
 
     Returns the new file's path relative to the root; an existing file is never overwritten (``-1``, ``-2`` ...
-    are added to the name).
+    are added to the name). The experiment's name and its output folder (``<runs_folder>/<name>``; JupyterLab's
+    setting) are the file's.
     """
     from ..core.paths import shipped
     from ..rag.kinds import system_kinds
@@ -160,14 +218,20 @@ def new_experiment(root: str | Path, folder: str, name: str = "experiment.toml",
     known = system_kinds()
     if kind and kind not in known:
         raise ApiError(f"kind {kind[:80]!r} is not a system kind; allowed: {', '.join(known)}.")
-    stem, suffix = os.path.splitext(os.path.basename(name) or "experiment.toml")
+    stem, suffix = os.path.splitext(os.path.basename(name.strip()) or "experiment.toml")
+    for what, value in (("name", stem), ("runs folder", runs_folder)):
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,79}", value or ""):
+            raise ApiError(f"{what} {str(value)[:80]!r} cannot name a file or folder; use letters, digits, '.', '_' "
+                           "and '-' (up to 80), starting with a letter or digit.")
     target, n = where / f"{stem}{suffix or '.toml'}", 0
     while target.exists():
         n += 1
         target = where / f"{stem}-{n}{suffix or '.toml'}"
     text = shipped("examples", "offline.toml")
+    # The experiment is named as its file: two runs made from *New experiment* never share a name or a folder.
     text = text.replace("examples/offline.toml", target.name).replace(
-        'output = "../fabnb-experiments/offline-demo"', f'output = "fabnb-runs/{target.stem}"')
+        'output = "../fabnb-experiments/offline-demo"', f'output = "{runs_folder}/{target.stem}"').replace(
+        'name = "offline-demo"', f'name = {json.dumps(target.stem)}', 1)
     if kind and not known[kind].reference:
         text = text.replace("\n[judge]", f"\n{known[kind].template()}\n[judge]", 1)
     target.write_text(text, encoding="utf-8")
@@ -423,3 +487,9 @@ def text_field(body: dict, key: str, what: str, default: str = "") -> str:
         raise ApiError(f"{what}: {key} holds {len(value):,} characters; a path or name has at most "
                        f"{MAX_PATH_CHARS:,}.")
     return value
+
+
+if __name__ == "__main__":  # the child of plan_file(probe=True): ROOT FILE -> the plan with probes, as JSON
+    import sys
+
+    print(json.dumps(_plan(sys.argv[1], confine(sys.argv[1], sys.argv[2]), probe=True), default=str))

@@ -35,18 +35,29 @@ class Jobs:
     def __init__(self, root: str | Path, env: dict | None = None):
         self.root, self.env = Path(root).resolve(), env
         self._procs: dict[str, dict] = {}
+        self._asked: set[str] = set()  # folders a stop was asked for (a terminal's run too)
         self._lock = threading.Lock()
 
     def folders(self) -> set[str]:
         """The folders of this server's runs that are still running."""
         return {folder for folder, job in self._procs.items() if job["proc"].poll() is None}
 
-    def start(self, rel: str, yes: bool = False) -> dict:
+    def stops_asked(self) -> set[str]:
+        """The folders whose run was asked to stop and whose lock is still held: the sidebar says "stopping…"
+        from the click, before the run's own progress file does."""
+        from ..core.records import held_by
+
+        self._asked = {folder for folder in self._asked if held_by(Path(folder))}
+        return set(self._asked)
+
+    def start(self, rel: str, yes: bool = False, confirm_usd: float | None = None) -> dict:
         """Start ``fabnb run`` on the experiment file ``rel``; returns output (relative to the root) and pid.
 
         Refused (:class:`ApiError`): a file with an error (the plan's message), variables the server's
         environment lacks, an output folder outside the root, a folder a run holds, a plan above the
         confirmation threshold without ``yes`` (409; JupyterLab's Run asks and sends it again with yes).
+        ``confirm_usd`` (JupyterLab's setting) replaces the file's cost threshold; the run it lets through is
+        started with ``--yes``, since the server has asked what the setting asks.
         """
         from ..core.errors import FabnbError
         from ..core.records import held_by
@@ -66,11 +77,12 @@ class Jobs:
             holder = held_by(out) if out.is_dir() else None
             if holder:
                 raise ApiError(f"{out} is in use by {holder}; wait for it to end or stop it first.", 409)
-            p = plan_file(self.root, rel)
+            p = plan_file(self.root, rel, confirm_usd=confirm_usd)
             if not p["ok"]:
                 raise ApiError(p["error"], 422)
             if p.get("confirm") and not yes:  # the one threshold: JupyterLab's Run asks, then sends yes
                 raise ApiError(f"{rel}: {p['confirm']}", 409, confirm=True)
+            yes = yes or confirm_usd is not None
             if p["output"] is None:
                 raise ApiError(f"{rel}: its output folder is outside the server's root; name one inside it to run "
                                "it from JupyterLab.", 422)
@@ -93,7 +105,10 @@ class Jobs:
         return {"output": out_rel, "pid": proc.pid}
 
     def stop(self, rel: str) -> dict:
-        """Stop the run that holds folder ``rel`` with SIGINT (started here or from a terminal by this user)."""
+        """Stop the run that holds folder ``rel`` with SIGINT (started here or from a terminal by this user).
+
+        The run stores the answers in flight before it ends; a second stop abandons them (the same as a second
+        Ctrl-C)."""
         from ..core.records import held_by
 
         folder = confine(self.root, rel)
@@ -101,6 +116,7 @@ class Jobs:
         job = self._procs.get(str(folder))
         if job is not None and job["proc"].poll() is None:
             job["proc"].send_signal(signal.SIGINT)
+            self._asked.add(str(folder))
             return {"stopped": job["proc"].pid}
         holder = held_by(folder)
         pid = re.match(r"process (\d+)", holder or "")
@@ -113,6 +129,7 @@ class Jobs:
         except OSError as exc:
             raise ApiError(f"the run in {rel} (process {pid.group(1)}) cannot be stopped from here: {exc}.", 409) \
                 from None
+        self._asked.add(str(folder))
         return {"stopped": int(pid.group(1))}
 
     def reap(self) -> None:

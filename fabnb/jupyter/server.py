@@ -9,13 +9,13 @@ extension adds little to JupyterLab's start.
 Routes (GET unless marked):
 
 ========================  ==============================================================
-``runs``                  every run under the root with its status; POST ``{"file"}`` starts one
+``runs``                  every run under the root with its status; POST ``{"file", "yes", "confirm_usd"}`` starts one
 ``runs/stop`` (POST)      ``{"path"}``: stop the run that holds a folder (a clean stop)
-``plan``                  ``?file=``: an experiment file's plan, or its error
+``plan``                  ``?file=[&probe=1]``: an experiment file's plan (with probes: its time), or its error
 ``doctor``                ``fabnb doctor``'s table
 ``kinds``                 the system kinds an experiment file may name, with their settings (the registry)
-``new`` (POST)            ``{"folder", "kind"}``: a commented experiment TOML written there, a system of that kind
-                          added (commented) when one is named
+``new`` (POST)            ``{"folder", "kind", "name", "runs_folder"}``: a commented experiment TOML written
+                          there, named (file, experiment, run folder) as asked, a system of that kind added
 ``rate`` (POST)           ``{"folder"}``: the rating app's page written there
 ``results/summary``       ``?path=``: a run's summary, status, notes and calibration
 ``/fabnb/page/RUN/FILE``  the run's results page (the one renderer; ``RUN`` its path in base64url), made again
@@ -93,7 +93,8 @@ class RunsHandler(_Handler):
     @web.authenticated
     async def post(self):
         await self.answer(lambda: self.settings["fabnb_jobs"].start(text_field(self.body(), "file", "runs"),
-                                                                    yes=self.body().get("yes") is True))
+                                                                    yes=self.body().get("yes") is True,
+                                                                    confirm_usd=self.body().get("confirm_usd")))
 
 
 class StopHandler(_Handler):
@@ -105,7 +106,7 @@ class StopHandler(_Handler):
 class PlanHandler(_Handler):
     @web.authenticated
     async def get(self):
-        await self.answer(plan_file, self.root, self.get_argument("file", ""))
+        await self.answer(plan_file, self.root, self.get_argument("file", ""), self.get_argument("probe", "") == "1")
 
 
 class DoctorHandler(_Handler):
@@ -123,9 +124,14 @@ class KindsHandler(_Handler):
 class NewHandler(_Handler):
     @web.authenticated
     async def post(self):
-        await self.answer(lambda: {"file": new_experiment(self.root, text_field(self.body(), "folder", "new"),
-                                                          text_field(self.body(), "name", "new") or "experiment.toml",
-                                                          text_field(self.body(), "kind", "new"))})
+        def made() -> dict:
+            body = self.body()
+            return {"file": new_experiment(self.root, text_field(body, "folder", "new"),
+                                           text_field(body, "name", "new") or "experiment.toml",
+                                           text_field(body, "kind", "new"),
+                                           text_field(body, "runs_folder", "new") or "fabnb-runs")}
+
+        await self.answer(made)
 
 
 class RateHandler(_Handler):

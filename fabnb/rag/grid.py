@@ -181,24 +181,60 @@ def _cells_to_ask(cells: list, store: ResultsStore) -> list:
 def _ask_cells(todo: list, store: ResultsStore, concurrency: int, bar, stop_on_failure: bool) -> tuple[list, dict]:
     """Ask the cells with ``concurrency`` in flight, each record appended to the store as it arrives (a kill loses
     at most the cells in flight); the failed records, and the first of them when ``stop_on_failure`` stopped
-    the asking (else None)."""
+    the asking (else None).
+
+    A stop (Ctrl-C, SIGINT, the sidebar's *Stop*) asks nothing more and keeps the answers in flight as they land
+    (:func:`_finish_in_flight`); a second stop abandons them."""
     failures, stop, pending = [], None, iter(todo)
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
+    running: set = set()
+    abandoned = False
+
+    def take(future) -> None:
+        record = future.result()
+        if record["status"] != "ok":
+            failures.append(record)
+        store.append(record)
+        if bar is not None:
+            bar.update(1)
+
+    try:
         running = {pool.submit(ask_cell, *cell) for cell in itertools.islice(pending, max(1, concurrency))}
         while running:
             finished, running = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
                 record = future.result()
                 if record["status"] != "ok":
-                    failures.append(record)
                     stop = stop or (record if stop_on_failure else None)
                 cell = next(pending, None) if stop is None else None
                 if cell is not None:  # keep the slot busy while this answer is written
                     running.add(pool.submit(ask_cell, *cell))
-                store.append(record)
-                if bar is not None:
-                    bar.update(1)
+                take(future)
+    except KeyboardInterrupt:
+        abandoned = not _finish_in_flight(running, take, bar)
+        raise
+    finally:
+        # An abandoned call's thread is left to end on its own; the CLI leaves without waiting for it.
+        pool.shutdown(wait=not abandoned, cancel_futures=True)
     return failures, stop
+
+
+def _finish_in_flight(running: set, take, bar) -> bool:
+    """After a stop: wait for the calls in flight, each stored as it lands, saying how many are left (the bar's
+    ``stopping``, which the runs sidebar shows); False when a second stop abandoned the rest."""
+    say = getattr(bar, "stopping", None)
+    if say is None and hasattr(bar, "set_postfix_str"):  # a notebook's own tqdm bar
+        say = lambda n: bar.set_postfix_str(f"stopping: {n} call(s) in flight; stop again to abandon them")  # noqa: E731
+    try:
+        while running:
+            if say is not None:
+                say(len(running))
+            finished, running = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                take(future)
+    except KeyboardInterrupt:
+        return False
+    return True
 
 
 def mode_pairs(results: pd.DataFrame) -> pd.DataFrame:

@@ -3,6 +3,13 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
+/** The FAB-Bench settings (the Settings Editor's "FAB-Bench", schema/plugin.json), read by every panel; the
+ * plugin keeps them current. */
+export const SETTINGS = { runsFolder: 'fabnb-runs', pollSeconds: 2, pageRows: 100, confirmUsd: null as number | null };
+
+/** The states of a run that is going (the runs sidebar, the status bar, a live viewer). */
+export const LIVE = ['starting', 'running', 'stopping', 'ending'];
+
 export async function api<T = any>(endpoint: string, init: RequestInit = {}, query: Record<string, string> = {}): Promise<T> {
   const settings = ServerConnection.makeSettings();
   const qs = Object.keys(query).length ? '?' + new URLSearchParams(query).toString() : '';

@@ -7,10 +7,14 @@ import { PageConfig, URLExt } from '@jupyterlab/coreutils';
 import { ABCWidgetFactory, DocumentRegistry, DocumentWidget, IDocumentWidget } from '@jupyterlab/docregistry';
 import { IDefaultFileBrowser } from '@jupyterlab/filebrowser';
 import { ILauncher } from '@jupyterlab/launcher';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { IStatusBar } from '@jupyterlab/statusbar';
+import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
-import { api, el, post, table } from './api';
+import { api, el, post, SETTINGS, table } from './api';
 import { IRun, RunsPanel } from './runs';
+import { RunStatus } from './status';
 import { ResultsViewer } from './viewer';
 
 const CATEGORY = 'FAB-Bench';
@@ -19,6 +23,19 @@ const FACTORY = 'FAB-Bench results';
 const ICON = new LabIcon({
   name: 'fabnb:icon',
   svgstr: '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24"><g class="jp-icon3" fill="#616161"><rect x="3" y="12" width="4" height="9"/><rect x="10" y="7" width="4" height="14"/><rect x="17" y="3" width="4" height="18"/></g></svg>'
+});
+// The launcher's three cards, each its own picture: a new file, a star to rate, a medical cross for the doctor.
+const NEW_ICON = new LabIcon({
+  name: 'fabnb:new-experiment',
+  svgstr: '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24"><g class="jp-icon3" fill="#616161"><path d="M5 2h10l4 4v16H5z" fill-opacity="0.35"/><rect x="11" y="9" width="2" height="10"/><rect x="7" y="13" width="10" height="2"/></g></svg>'
+});
+const RATE_ICON = new LabIcon({
+  name: 'fabnb:rate',
+  svgstr: '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24"><g class="jp-icon3" fill="#616161"><path d="M12 2l3 7h7l-5.5 4.5 2 7.5-6.5-4.5-6.5 4.5 2-7.5L2 9h7z"/></g></svg>'
+});
+const DOCTOR_ICON = new LabIcon({
+  name: 'fabnb:doctor',
+  svgstr: '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24"><g class="jp-icon3" fill="#616161"><rect x="10" y="3" width="4" height="18"/><rect x="3" y="10" width="18" height="4"/></g></svg>'
 });
 
 /** One system kind as the server's registry describes it (GET /fabnb/api/kinds). */
@@ -29,12 +46,16 @@ interface IKind {
   settings: { name: string; required: boolean; doc: string }[];
 }
 
-/** The New-experiment dialog's body: the system kind of the file's first system, with what each one is. */
-class KindPicker extends Widget implements Dialog.IBodyWidget<string> {
+/** The New-experiment dialog's body: the experiment's name (its file and run folder) and the system kind of the
+ * file's first system, with what each one is. */
+class KindPicker extends Widget implements Dialog.IBodyWidget<{ kind: string; name: string }> {
   private select = el('select', '', 'fabnb-kind-select');
+  private name = el('input', '', 'fabnb-experiment-name');
 
   constructor(kinds: IKind[]) {
     super();
+    this.name.value = 'experiment';
+    this.name.title = 'names the file (NAME.toml), the experiment and its run folder (fabnb-runs/NAME); a name in use gets -1, -2 ...';
     this.addClass('fabnb-lab');
     const about = el('p', '', 'fabnb-muted');
     for (const k of kinds) {
@@ -49,11 +70,12 @@ class KindPicker extends Widget implements Dialog.IBodyWidget<string> {
     };
     this.select.onchange = describe;
     describe();
-    this.node.append(el('label', 'The offline example, with a system of this kind to fill in:'), this.select, about);
+    this.node.append(el('label', 'Name (the file, the experiment and its run folder):'), this.name,
+      el('label', 'The offline example, with a system of this kind to fill in:'), this.select, about);
   }
 
-  getValue(): string {
-    return this.select.value;
+  getValue(): { kind: string; name: string } {
+    return { kind: this.select.value, name: this.name.value.trim() };
   }
 }
 
@@ -64,7 +86,12 @@ const CMD = {
   runs: 'fabnb:show-runs',
   open: 'fabnb:open-results',
   rate: 'fabnb:rate',
-  doctor: 'fabnb:doctor'
+  doctor: 'fabnb:doctor',
+  stop: 'fabnb:stop',
+  planFile: 'fabnb:plan-file',
+  runFile: 'fabnb:run-file',
+  openRun: 'fabnb:open-run',
+  compareWith: 'fabnb:compare-with'
 };
 
 class ResultsFactory extends ABCWidgetFactory<IDocumentWidget<ResultsViewer>> {
@@ -87,11 +114,15 @@ class PlanPanel extends Widget {
     this.title.caption = 'FAB-Bench plan';
   }
 
-  async showPlan(path: string): Promise<any> {
-    this.node.replaceChildren(el('h2', `Plan: ${path}`), el('div', 'planning (no call is made)...', 'fabnb-muted'));
+  /** The plan of an experiment file; with ``probe`` its time measured (three short calls per endpoint, made by a
+   * child process of the server, which starts the embedded model if the file names it). */
+  async showPlan(path: string, probe = false): Promise<any> {
+    const doing = probe ? 'measuring each endpoint (three short calls each; the embedded model starts first)...'
+      : 'planning (no call is made)...';
+    this.node.replaceChildren(el('h2', `Plan: ${path}`), el('div', doing, 'fabnb-muted'));
     let p: any;
     try {
-      p = await api('plan', {}, { file: path });
+      p = await api('plan', {}, probe ? { file: path, probe: '1' } : { file: path });
     } catch (error) {
       p = { ok: false, error: String((error as Error).message) };
     }
@@ -99,10 +130,24 @@ class PlanPanel extends Widget {
     if (!p.ok) {
       parts.push(el('pre', p.error, 'fabnb-error fabnb-plan-error'));
     } else {
+      const time = p.rows.every((r: any) => r.seconds !== null && r.seconds !== undefined);
+      parts.push(el('div', time ? 'time: from probes (the figure to trust on this machine)'
+        : 'time: not measured yet (no run of this folder kept its probes)', 'fabnb-plan-time'));
+      if (!time) {
+        const measure = el('button', 'Measure the time', 'jp-Button fabnb-button fabnb-probe-button');
+        measure.title = 'three short calls per endpoint, as fabnb run FILE --dry-run makes';
+        measure.onclick = () => void this.showPlan(path, true);
+        parts.push(measure);
+      }
       parts.push(table(p.rows, ['system', 'stage', 'calls', 'done', 'todo', 'cost_usd', 'seconds']), el('pre', p.text, 'fabnb-plan-text'));
     }
     if (p.running) {
       parts.push(el('div', `Running now: ${p.running}`, 'fabnb-warning'));
+    }
+    if (p.ok && !p.output) {
+      parts.push(el('div', 'Its run folder is outside this server\'s root: JupyterLab can neither run it nor list it in ' +
+        'the runs sidebar. Name an output inside the root, or run it from a terminal and open it with fabnb explore DIR.',
+        'fabnb-warning fabnb-outside-root'));
     }
     this.node.replaceChildren(...parts);
     return p;
@@ -118,10 +163,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
   description: 'FAB-Bench in JupyterLab: experiments, runs, results, ratings.',
   autoStart: true,
   requires: [ICommandPalette],
-  optional: [ILauncher, IDefaultFileBrowser, ILayoutRestorer],
+  optional: [ILauncher, IDefaultFileBrowser, ILayoutRestorer, ISettingRegistry, IStatusBar, ITranslator],
   activate: (app: JupyterFrontEnd, palette: ICommandPalette, launcher: ILauncher | null,
-    browser: IDefaultFileBrowser | null, restorer: ILayoutRestorer | null) => {
+    browser: IDefaultFileBrowser | null, restorer: ILayoutRestorer | null, registry: ISettingRegistry | null,
+    statusBar: IStatusBar | null, translator: ITranslator | null) => {
     const { commands, shell, docRegistry } = app;
+    // Every string a user reads goes through JupyterLab's translator (the "fabnb" domain; English as written).
+    const trans = (translator ?? nullTranslator).load('fabnb');
 
     docRegistry.addFileType({
       name: FILE_TYPE,
@@ -144,7 +192,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         }
         Notification.emit(`FAB-Bench run ${r.name} ended: ${r.state}`, r.state === 'finished' ? 'success' : 'warning', {
           autoClose: false,
-          actions: [{ label: 'Open results', callback: () => void openRun(r.path) }]
+          actions: [{ label: trans.__('Open results'), callback: () => void openRun(r.path) }]
         });
       },
       async (base: string, candidate: string) => {
@@ -165,6 +213,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
       return path && path.endsWith('.toml') ? path : null;
     };
     const showPlan = async (path: string) => {
+      const w = shell.currentWidget as any;
+      if (w?.context?.path === path) {
+        await w.context.save();  // the shortcut plans what is on screen, as the toolbar's Plan does
+      }
       if (!plan.isAttached) {
         shell.add(plan, 'right', { rank: 700 });
       }
@@ -173,22 +225,24 @@ const plugin: JupyterFrontEndPlugin<void> = {
     };
 
     commands.addCommand(CMD.newExperiment, {
-      label: 'New experiment',
-      caption: 'A commented FAB-Bench experiment file (the offline example), opened in the editor',
-      icon: ICON,
+      label: trans.__('New experiment'),
+      caption: trans.__('A commented FAB-Bench experiment file (the offline example), opened in the editor'),
+      icon: NEW_ICON,
       execute: async () => {
         try {
           // The kinds come from the server's registry at each opening: a kind added in Python needs no rebuild here.
           const kinds = await api<IKind[]>('kinds');
           const answer = await showDialog({
-            title: 'New experiment',
+            title: trans.__('New experiment'),
             body: new KindPicker(kinds),
-            buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Create' })]
+            buttons: [Dialog.cancelButton(), Dialog.okButton({ label: trans.__('Create') })]
           });
           if (!answer.button.accept) {
             return;
           }
-          const made = await post('new', { folder: folderOf(browser), kind: answer.value || '' });
+          const chosen = answer.value || { kind: '', name: '' };
+          const made = await post('new', { folder: folderOf(browser), kind: chosen.kind,
+            name: `${chosen.name || 'experiment'}.toml`, runs_folder: SETTINGS.runsFolder });
           await commands.execute('docmanager:open', { path: made.file, factory: 'Editor' });
         } catch (error) {
           Notification.error(String((error as Error).message));
@@ -196,8 +250,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     });
     commands.addCommand(CMD.plan, {
-      label: 'Plan experiment',
-      caption: 'Calls, tokens, cost and time of the experiment file, without asking anything',
+      label: trans.__('Plan experiment'),
+      caption: trans.__('Calls, tokens, cost and time of the experiment file, without asking anything'),
       isEnabled: () => currentToml() !== null,
       execute: async (args: any) => {
         const path = (args.path as string) || currentToml();
@@ -207,16 +261,20 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     });
     commands.addCommand(CMD.run, {
-      label: 'Run experiment',
-      caption: 'Run the experiment file as a process of the Jupyter server (it survives a closed tab)',
+      label: trans.__('Run experiment'),
+      caption: trans.__('Run the experiment file as a process of the Jupyter server (it survives a closed tab)'),
       isEnabled: () => currentToml() !== null,
       execute: async (args: any) => {
         const path = (args.path as string) || currentToml();
         if (!path) {
           return;
         }
+        const w = shell.currentWidget as any;
+        if (w?.context?.path === path) {
+          await w.context.save();
+        }
         const start = async (yes: boolean) => {
-          const r = await post('runs', { file: path, yes });
+          const r = await post('runs', { file: path, yes, confirm_usd: SETTINGS.confirmUsd });
           started.add(r.output);
           Notification.info(`FAB-Bench run started: ${r.output}`, { autoClose: 4000 });
           shell.activateById(runs.id);
@@ -229,9 +287,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
           if ((error as any).data?.confirm) {
             // Above the one confirmation threshold (cost or time): the server says why; the user decides.
             const answer = await showDialog({
-              title: 'Start this run?',
+              title: trans.__('Start this run?'),
               body: (error as Error).message,
-              buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Run it' })]
+              buttons: [Dialog.cancelButton(), Dialog.okButton({ label: trans.__('Run it') })]
             });
             if (answer.button.accept) {
               try {
@@ -246,15 +304,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
         }
       }
     });
-    commands.addCommand(CMD.runs, { label: 'Show FAB-Bench runs', execute: () => shell.activateById(runs.id) });
+    commands.addCommand(CMD.runs, { label: trans.__('Show FAB-Bench runs'), execute: () => shell.activateById(runs.id) });
     commands.addCommand(CMD.open, {
-      label: 'Open FAB-Bench results',
+      label: trans.__('Open FAB-Bench results'),
       execute: (args: any) => (args.path ? openRun(args.path as string) : shell.activateById(runs.id))
     });
     commands.addCommand(CMD.rate, {
-      label: 'Rate QA pairs',
-      caption: 'The rating app (Voilà) in a tab: rate QA pairs with the keyboard; ratings are saved as you go',
-      icon: ICON,
+      label: trans.__('Rate QA pairs'),
+      caption: trans.__('The rating app (Voilà) in a tab: rate QA pairs with the keyboard; ratings are saved as you go'),
+      icon: RATE_ICON,
       execute: async () => {
         let page: any;
         try {
@@ -271,24 +329,24 @@ const plugin: JupyterFrontEndPlugin<void> = {
         content.node.append(frame);
         const tab = new MainAreaWidget({ content });
         tab.id = 'fabnb-rate';
-        tab.title.label = 'Rate QA pairs';
-        tab.title.icon = ICON;
+        tab.title.label = trans.__('Rate QA pairs');
+        tab.title.icon = RATE_ICON;
         tab.title.closable = true;
         shell.add(tab, 'main');
       }
     });
     commands.addCommand(CMD.doctor, {
-      label: 'Doctor',
-      caption: 'What works on this machine (fabnb doctor)',
-      icon: ICON,
+      label: trans.__('Doctor'),
+      caption: trans.__('What works on this machine (fabnb doctor)'),
+      icon: DOCTOR_ICON,
       execute: async () => {
         const content = new Widget();
         content.addClass('fabnb-panel');
         content.addClass('fabnb-lab');
         content.node.append(el('div', 'checking...', 'fabnb-muted'));
         const tab = new MainAreaWidget({ content });
-        tab.title.label = 'fabnb doctor';
-        tab.title.icon = ICON;
+        tab.title.label = trans.__('fabnb doctor');
+        tab.title.icon = DOCTOR_ICON;
         tab.title.closable = true;
         shell.add(tab, 'main');
         try {
@@ -299,6 +357,88 @@ const plugin: JupyterFrontEndPlugin<void> = {
         }
       }
     });
+
+    // Stop (Alt Shift S): the run going now that the sidebar lists first; a second Stop abandons its calls in flight.
+    commands.addCommand(CMD.stop, {
+      label: trans.__('Stop the FAB-Bench run going now'),
+      execute: async () => {
+        try {
+          const r = (await api<IRun[]>('runs')).find(x => ['starting', 'running', 'stopping'].includes(x.state));
+          if (!r) {
+            Notification.info(trans.__('No FAB-Bench run is going.'), { autoClose: 3000 });
+            return;
+          }
+          await post('runs/stop', { path: r.path });
+          Notification.info(trans.__('Stopping %1 (again: abandon its calls in flight)', r.path), { autoClose: 4000 });
+          shell.activateById(runs.id);
+          await runs.refresh();
+        } catch (error) {
+          Notification.error(String((error as Error).message));
+        }
+      }
+    });
+
+    // The file browser's menu: Plan and Run on a .toml file, Open and Compare with… on a run's run.fabnb.
+    const selected = (suffix: string): string | null => {
+      // The item right-clicked (the selection may not have followed the click yet), else the selection's first.
+      const node = app.contextMenuHitTest(n => n.classList?.contains('jp-DirListing-item'));
+      const name = node?.querySelector('.jp-DirListing-itemText')?.textContent?.trim() ?? '';
+      const item = browser?.selectedItems().next();
+      const path = name && browser ? URLExt.join(browser.model.path, name)
+        : item && !item.done ? item.value.path : '';
+      return path.endsWith(suffix) ? path : null;
+    };
+    const folderOfFile = (path: string) => path.split('/').slice(0, -1).join('/');
+    commands.addCommand(CMD.planFile, {
+      label: trans.__('Plan (FAB-Bench)'),
+      isVisible: () => selected('.toml') !== null,
+      execute: () => { const p = selected('.toml'); return p ? showPlan(p) : undefined; }
+    });
+    commands.addCommand(CMD.runFile, {
+      label: trans.__('Run (FAB-Bench)'),
+      isVisible: () => selected('.toml') !== null,
+      execute: () => { const p = selected('.toml'); return p ? commands.execute(CMD.run, { path: p }) : undefined; }
+    });
+    commands.addCommand(CMD.openRun, {
+      label: trans.__('Open results'),
+      isVisible: () => selected('run.fabnb') !== null,
+      execute: () => { const p = selected('run.fabnb'); return p ? openRun(folderOfFile(p)) : undefined; }
+    });
+    commands.addCommand(CMD.compareWith, {
+      label: trans.__('Compare with…'),
+      isVisible: () => selected('run.fabnb') !== null,
+      execute: async () => {
+        const p = selected('run.fabnb');
+        const widget = p ? (await openRun(folderOfFile(p))) as IDocumentWidget<ResultsViewer> | undefined : undefined;
+        widget?.content.showCompare();
+      }
+    });
+    const files = '.jp-DirListing-item[data-isdir="false"]';
+    app.contextMenu.addItem({ command: CMD.planFile, selector: files, rank: 60 });
+    app.contextMenu.addItem({ command: CMD.runFile, selector: files, rank: 61 });
+    app.contextMenu.addItem({ command: CMD.openRun, selector: files, rank: 62 });
+    app.contextMenu.addItem({ command: CMD.compareWith, selector: files, rank: 63 });
+
+    // The status bar: the run going now; a click shows the runs (no status bar, as in Notebook 7: no item).
+    const status = statusBar ? new RunStatus(() => shell.activateById(runs.id)) : null;
+    if (statusBar && status) {
+      statusBar.registerStatusItem('fabnb-jupyterlab:run-status', { item: status, align: 'left', rank: 900 });
+    }
+
+    // The settings (Settings Editor, "FAB-Bench"): read now and whenever they change.
+    const apply = (settings: ISettingRegistry.ISettings) => {
+      const c = settings.composite as any;
+      SETTINGS.runsFolder = String(c.runsFolder ?? 'fabnb-runs');
+      SETTINGS.pollSeconds = Number(c.pollSeconds ?? 2);
+      SETTINGS.pageRows = Number(c.pageRows ?? 100);
+      SETTINGS.confirmUsd = c.confirmUsd === null || c.confirmUsd === undefined ? null : Number(c.confirmUsd);
+      runs.repoll();
+      status?.repoll();
+    };
+    registry?.load(plugin.id).then(settings => {
+      apply(settings);
+      settings.changed.connect(apply);
+    }).catch(error => console.warn(`fabnb: the FAB-Bench settings were not read (${error}); the defaults apply.`));
 
     for (const [command, rank] of [[CMD.newExperiment, 1], [CMD.rate, 2], [CMD.doctor, 3]] as [string, number][]) {
       launcher?.add({ command, category: CATEGORY, rank });
@@ -314,12 +454,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
           return;
         }
         const planButton = new ToolbarButton({
-          label: 'Plan',
+          label: trans.__('Plan'),
           tooltip: 'FAB-Bench: save, then the plan of this experiment (no call is made)',
           onClick: () => void context.save().then(() => commands.execute(CMD.plan, { path: context.path }))
         });
         const runButton = new ToolbarButton({
-          label: 'Run',
+          label: trans.__('Run'),
           tooltip: 'FAB-Bench: save, then run this experiment (a rerun resumes)',
           onClick: () => void context.save().then(() => commands.execute(CMD.run, { path: context.path }))
         });

@@ -1,15 +1,16 @@
 // The "FAB-Bench runs" sidebar: every run under the server's root with its live status, polled while shown.
 // What a run's state is, is decided by fabnb.experiment.progress.run_status on the server.
 import { Widget } from '@lumino/widgets';
-import { api, el, post, seconds } from './api';
+import { api, el, LIVE, post, seconds, SETTINGS } from './api';
 
 export interface IRun {
   path: string;
   name: string;
   state: string;
+  label: string | null;
   holder: string | null;
-  stages: { stage: string; planned: number; ok: number; failed: number; state: string }[];
-  progress: { stage: string; done: number; total: number; eta_s: number | null } | null;
+  stages: { stage: string; planned: number; ok: number; failed: number; state: string; eta_s?: number | null }[];
+  progress: { stage: string; done: number; total: number; eta_s: number | null; in_flight?: number | null } | null;
   spent_usd: number | null;
   cause: string | null;
   problem: string | null;
@@ -25,6 +26,11 @@ export class RunsPanel extends Widget {
   // Two runs picked to compare, in the order picked: the first is the base, the second the candidate.
   private picked: string[] = [];
   private compareBox = el('div', '', 'fabnb-pick');
+  // The order shown: kept while the panel is open (a run that ends stays where it was), a new run on top; the
+  // server's order (live first, newest first) on Refresh.
+  private order: string[] = [];
+  // Runs whose Stop was clicked here: "stopping…" at once, before the next poll says so.
+  private stopAsked: Set<string> = new Set();
 
   constructor(
     private open: (run: IRun) => void,
@@ -37,8 +43,13 @@ export class RunsPanel extends Widget {
     this.addClass('fabnb-lab');
     this.title.caption = 'FAB-Bench runs';
     const refresh = el('button', 'Refresh', 'jp-Button fabnb-button');
-    refresh.onclick = () => void this.refresh();
-    this.node.append(el('h2', 'FAB-Bench runs'), refresh, this.compareBox, this.status, this.list);
+    refresh.onclick = () => {
+      this.order = [];
+      void this.refresh();
+    };
+    this.node.append(el('h2', 'FAB-Bench runs'), refresh, this.compareBox, this.status, this.list,
+      el('div', 'Listed: the runs under this server\'s root, up to 4 folders down (hidden folders skipped). A run ' +
+        'elsewhere is not listed: fabnb explore DIR opens it.', 'fabnb-muted fabnb-runs-where'));
     this.drawPicked();
   }
 
@@ -66,8 +77,15 @@ export class RunsPanel extends Widget {
 
   protected onAfterShow(): void {
     void this.refresh();
+    this.repoll();
+  }
+
+  /** Poll at the settings' interval while shown (called again when the setting changes). */
+  repoll(): void {
     window.clearInterval(this.timer);
-    this.timer = window.setInterval(() => void this.refresh(), 2000);
+    if (this.isVisible) {
+      this.timer = window.setInterval(() => void this.refresh(), SETTINGS.pollSeconds * 1000);
+    }
   }
 
   protected onAfterHide(): void {
@@ -90,7 +108,7 @@ export class RunsPanel extends Widget {
     }
     for (const r of runs) {
       const before = this.last.get(r.path);
-      const live = (state?: string) => state === 'running' || state === 'starting' || state === 'ending';
+      const live = (state?: string) => LIVE.includes(state || '');
       if (live(before) && !live(r.state)) {
         this.onEnded(r);
       }
@@ -98,7 +116,15 @@ export class RunsPanel extends Widget {
     }
     this.status.textContent = runs.length ? '' : 'No runs under this folder yet: open an experiment file and press Run.';
     this.picked = this.picked.filter(p => runs.some(r => r.path === p));  // a run gone from the root is unpicked
-    this.list.replaceChildren(...runs.map(r => this.item(r)));
+    this.list.replaceChildren(...this.steady(runs).map(r => this.item(r)));
+  }
+
+  /** The runs in the order already shown, the new ones (in the server's order) on top. */
+  private steady(runs: IRun[]): IRun[] {
+    const known = new Set(this.order);
+    const fresh = runs.filter(r => !known.has(r.path)).map(r => r.path);
+    this.order = [...fresh, ...this.order].filter(p => runs.some(r => r.path === p));
+    return this.order.map(p => runs.find(r => r.path === p) as IRun);
   }
 
   /** A button that posts to the server, says any refusal in the panel, then refreshes the list. */
@@ -115,9 +141,35 @@ export class RunsPanel extends Widget {
     return button;
   }
 
+  /** Stop: "stopping…" from the click; a second click abandons the calls still in flight. */
+  private stopButton(r: IRun): HTMLButtonElement {
+    const again = r.state === 'stopping' || this.stopAsked.has(r.path);
+    const button = this.action(again ? 'Abandon calls in flight' : 'Stop', 'runs/stop', { path: r.path });
+    button.classList.add(again ? 'fabnb-abandon' : 'fabnb-stop');
+    const send = button.onclick as () => Promise<void>;
+    button.onclick = () => {
+      this.stopAsked.add(r.path);
+      const card = button.closest('.fabnb-run');
+      const state = card?.querySelector('.fabnb-run-state');
+      if (state) {
+        state.textContent = ' stopping…';
+      }
+      card?.classList.add('fabnb-state-stopping');
+      return send();
+    };
+    return button;
+  }
+
   private item(r: IRun): HTMLElement {
-    const box = el('div', '', `fabnb-run fabnb-state-${r.state.replace(/[^a-z-]/g, '')}`);
+    const live = r.state === 'running' || r.state === 'starting' || r.state === 'stopping';
+    if (!live) {
+      this.stopAsked.delete(r.path);
+    }
+    const state = live && this.stopAsked.has(r.path) ? 'stopping' : r.state;
+    const label = state === 'stopping' ? 'stopping…' : (r.label || r.state);
+    const box = el('div', '', `fabnb-run fabnb-state-${state.replace(/[^a-z-]/g, '')}`);
     box.dataset.path = r.path;
+    box.dataset.state = state;
     const title = el('button', r.name, 'fabnb-run-name');
     title.title = `Open ${r.path}`;
     title.onclick = () => this.open(r);
@@ -127,15 +179,17 @@ export class RunsPanel extends Widget {
     pick.title = 'pick to compare (fabnb compare)';
     pick.checked = this.picked.includes(r.path);
     pick.onchange = () => this.pick(r.path, pick.checked);
-    box.append(pick, title, el('span', ` ${r.state}`, 'fabnb-run-state'));
-    box.append(el('div', r.path, 'fabnb-muted'));
-    if (r.progress && r.state === 'running') {
-      const p = r.progress;
-      const eta = p.eta_s !== null ? `, ETA ${seconds(p.eta_s)}` : '';
-      box.append(el('div', `${p.stage}: ${p.done}/${p.total}${eta}`, 'fabnb-run-progress'));
-    }
+    box.append(pick, title, el('span', ` ${label}`, 'fabnb-run-state'));
+    box.append(el('div', r.path, 'fabnb-muted fabnb-run-folder'));  // two runs of one name told apart
+    // One vocabulary with the CLI and the magics: per stage, the plan's done and planned calls.
     for (const s of r.stages) {
-      box.append(el('div', `${s.stage}: ${s.ok}/${s.planned} ${s.state}${s.failed ? `, ${s.failed} failed` : ''}`, 'fabnb-run-stage'));
+      const eta = s.state === 'in flight' && s.eta_s !== null && s.eta_s !== undefined ? `, ETA ${seconds(s.eta_s)}` : '';
+      box.append(el('div', `${s.stage}: ${s.ok}/${s.planned} ${s.state}${eta}${s.failed ? `, ${s.failed} failed` : ''}`,
+        'fabnb-run-stage'));
+    }
+    const flying = r.progress?.in_flight;
+    if (state === 'stopping' && flying !== null && flying !== undefined) {
+      box.append(el('div', `stopping: ${flying} call(s) in flight finishing; their answers are kept`, 'fabnb-run-progress'));
     }
     if (r.spent_usd !== null && r.spent_usd !== undefined) {
       box.append(el('div', `spent $${r.spent_usd.toFixed(4)}`, 'fabnb-muted'));
@@ -143,8 +197,8 @@ export class RunsPanel extends Widget {
     if (r.problem || r.cause) {
       box.append(el('div', r.problem || r.cause || '', 'fabnb-error'));
     }
-    if (r.state === 'running' || r.state === 'starting') {
-      box.append(this.action('Stop', 'runs/stop', { path: r.path }));
+    if (live) {
+      box.append(this.stopButton(r));
     } else if (r.experiment_file && r.state !== 'finished' && r.state !== 'ending') {
       box.append(this.action('Resume', 'runs', { file: r.experiment_file }));
     }

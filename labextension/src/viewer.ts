@@ -6,7 +6,7 @@
 import { PageConfig, URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
-import { api, el, post, table } from './api';
+import { api, el, post, SETTINGS, table } from './api';
 
 // A run's path as one segment of the page's address (base64url), so the page's relative data/... stay under it.
 export function pageKey(path: string): string {
@@ -23,6 +23,10 @@ export class ResultsViewer extends Widget {
   private experts = el('div', '', 'fabnb-experts');
   private info: any = null;
   private base: string | null = null;  // a base to compare with as soon as the runs are listed
+  private live = el('div', '', 'fabnb-live');
+  private timer = 0;
+  private stored = -1;  // the calls the run had stored when the page was last made
+  private wantCompare = false;  // "Compare with…" asked: focus the form once drawn
 
   constructor(private path: string) {
     super();
@@ -51,7 +55,7 @@ export class ResultsViewer extends Widget {
     const reload = el('button', 'Reload', 'jp-Button fabnb-button');
     reload.title = 'show what the run wrote since';
     reload.onclick = () => void this.load();
-    this.head.replaceChildren(el('h2', `${s.name}`), el('div', `${s.path}: ${s.status.state}, ${s.cells} cells `, 'fabnb-muted'), reload);
+    this.head.replaceChildren(el('h2', `${s.name}`), el('div', `${s.path}: ${s.status.label || s.status.state}, ${s.cells} cells `, 'fabnb-muted fabnb-viewer-state'), reload, this.live);
     for (const note of s.notes) {
       this.head.append(el('div', note, 'fabnb-warning'));
     }
@@ -61,6 +65,55 @@ export class ResultsViewer extends Widget {
     this.showPage('');
     void this.drawRuns();
     this.drawExperts();
+    window.clearInterval(this.timer);
+    this.live.replaceChildren();
+    if (['running', 'stopping', 'starting'].includes(s.status.state)) {
+      this.stored = -1;
+      this.timer = window.setInterval(() => void this.watch(), Math.max(4, SETTINGS.pollSeconds) * 1000);
+      void this.watch();
+    }
+  }
+
+  /** While the run goes: its stages in the head, and the page made again as cells are stored (not while a cell is
+   * open in it or a filter is being typed, which a new page would close); the whole view once it has ended. */
+  private async watch(): Promise<void> {
+    let r: any;
+    try {
+      r = ((await api<any[]>('runs')) || []).find(x => x.path === this.info.path);
+    } catch {
+      return;  // the next tick asks again
+    }
+    if (!r || !['running', 'stopping', 'starting'].includes(r.state)) {
+      window.clearInterval(this.timer);
+      void this.load();
+      return;
+    }
+    const stages = (r.stages || []).map((x: any) => `${x.stage} ${x.ok}/${x.planned} ${x.state}`).join(', ');
+    const stored = (r.stages || []).reduce((n: number, x: any) => n + x.ok + x.failed, 0);
+    const doc = this.frame.contentDocument;
+    const busy = !!doc && (!!doc.querySelector('[data-part=detail]:not([hidden])') ||
+      (doc.activeElement?.matches?.('input, select') ?? false));
+    if (stored !== this.stored && !busy) {
+      this.stored = stored;
+      this.showPage('');
+    }
+    this.live.replaceChildren(el('div', `live: ${r.label || r.state}; ${stages}. The cells below are made again as ` +
+      'answers and scores are stored (not while a cell is open).', 'fabnb-warning'));
+  }
+
+  dispose(): void {
+    window.clearInterval(this.timer);
+    super.dispose();
+  }
+
+  /** "Compare with…" (the file browser's menu on run.fabnb): the comparison's form, in view, for a base to pick. */
+  showCompare(): void {
+    this.wantCompare = true;  // the form may not be drawn yet (the runs are being listed): drawRuns focuses it
+    const select = this.runs.querySelector('select');
+    if (select) {
+      this.runs.scrollIntoView?.({ block: 'nearest' });
+      select.focus();
+    }
   }
 
   /** Compare this run (the candidate) with ``base`` (a run's folder), as "Compare" in the runs sidebar asks. */
@@ -75,7 +128,7 @@ export class ResultsViewer extends Widget {
   private showPage(cell: string): void {
     const base = ServerConnection.makeSettings().baseUrl;
     const url = URLExt.join(base, 'fabnb', 'page', pageKey(this.info.path), 'index.html');
-    this.frame.src = `${url}?t=${Date.now()}${cell ? '#cell=' + encodeURIComponent(cell) : ''}`;
+    this.frame.src = `${url}?t=${Date.now()}&rows=${SETTINGS.pageRows}${cell ? '#cell=' + encodeURIComponent(cell) : ''}`;
   }
 
   // fabnb compare BASE CANDIDATE with this run as the candidate: the gate's verdict, what differs, every metric
@@ -120,6 +173,11 @@ export class ResultsViewer extends Widget {
       }
     };
     this.runs.replaceChildren(el('span', 'base '), base, el('span', ' margin '), margin, go, out);
+    if (this.wantCompare) {
+      this.wantCompare = false;
+      this.runs.scrollIntoView?.({ block: 'nearest' });
+      base.focus();
+    }
     if (this.base !== null) {
       base.value = this.base;
       this.base = null;
