@@ -278,6 +278,8 @@ def test_the_static_page_opens_from_file_filters_and_keeps_hostile_text_as_text(
             page.locator("tr.fabnb-row").last.click()  # its details are in the last file
             page.wait_for_selector("[data-part=detail] .answer", timeout=10_000)
             assert HOSTILE in page.locator("[data-part=detail] .answer").inner_text()
+            call = page.locator("[data-part=detail] .call").inner_text()  # the answer's latency, tokens and cost
+            assert " s · " in call and "prompt +" in call and " · $0.0000" in call, call  # at the file's [prices]
             assert page.locator("[data-part=detail] img, [data-part=detail] b, [data-part=detail] script").count() == 0
             assert page.evaluate("window.pwned") is None
             assert page.locator("[data-part=detail] .question").inner_text()  # cells.js; the gold: questions.js
@@ -355,3 +357,20 @@ def test_the_paper_scale_page_opens_from_file_filters_and_asks_no_other_host(tmp
         finally:
             browser.close()
     assert browser.requests and all(u.startswith("file://") for u in browser.requests)
+
+
+def test_a_cells_detail_has_its_answers_latency_tokens_and_cost_at_the_runs_prices(tmp_path):
+    """Seen: the viewer showed no per-cell latency or cost."""
+    from fabnb.views.explorer import Explorer
+    from fabnb.views.page import page_data
+
+    key = {"system": "s", "model": "gpt-4o-mini", "context_k": 4.0, "mode": "A", "test_id": "Q1"}
+    answers = pd.DataFrame([{**key, "status": "ok", "answer": "42", "latency_s": 1.5, "prompt_tokens": 1000,
+                             "completion_tokens": 100}])
+    scores = pd.DataFrame([{**key, "metric": "depth", "replicate": 0, "status": "ok", "score": 0.7, "reason": "."}])
+    (tmp_path / "manifest.json").write_text(json.dumps({"name": "x", "prices": {
+        "gpt-4o-mini": {"input": 1.0, "output": 10.0, "source": "the run's file"}}}))
+    data = page_data(Explorer(answers, scores, pd.DataFrame({"test_id": ["Q1"], "question": ["?"]})), tmp_path)
+    call = data.part("detail-0000")[0]["call"]
+    assert call == {"latency_s": 1.5, "prompt_tokens": 1000, "completion_tokens": 100,
+                    "cost_usd": pytest.approx((1000 * 1.0 + 100 * 10.0) / 1e6)}

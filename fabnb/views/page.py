@@ -30,7 +30,7 @@ import hashlib
 import json
 import shutil
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -89,8 +89,23 @@ def _summary(folder: Path | None, manifest: dict, figures: list[dict]) -> dict:
             "calibration": read_calibration(folder) if has else None}
 
 
-def _details(explorer, cells: pd.DataFrame) -> list[dict]:
-    """Each cell's texts, in the order of ``cells``: the answer (or its error), each metric's reason, sources."""
+def _call(a, model: str, prices: dict) -> dict:
+    """What a cell's answer cost: latency_s, prompt_tokens, completion_tokens and cost_usd (None: not recorded, or
+    no known price for the model; the run's manifest keeps the prices it ran with)."""
+    from ..experiment.prices import cost_of
+    from .explorer import plain_value
+
+    out = {k: plain_value(a.get(k)) if a is not None and k in a.index else None
+           for k in ("latency_s", "prompt_tokens", "completion_tokens")}
+    pt, ct = out["prompt_tokens"], out["completion_tokens"]
+    out["cost_usd"] = (cost_of(str(model), prices, pt, ct) if isinstance(pt, (int, float))
+                       and isinstance(ct, (int, float)) else None)
+    return out
+
+
+def _details(explorer, cells: pd.DataFrame, prices: dict | None = None) -> list[dict]:
+    """Each cell's texts, in the order of ``cells``: the answer (or its error), each metric's reason, sources, and
+    the answer's call (latency, tokens, cost)."""
     from ..core.schema import RESULT_KEYS
     from .explorer import plain_value
 
@@ -115,6 +130,7 @@ def _details(explorer, cells: pd.DataFrame) -> list[dict]:
             "reasons": reasons.get(key, {}),
             "sources": [{"doc_id": str(s.get("doc_id", "")), "text": str(s.get("text", ""))[:SOURCE_CHARS],
                          "score": plain_value(s.get("score"))} for s in sources] if isinstance(sources, list) else [],
+            "call": _call(a, key[keys.index("model")], prices or {}),
         })
     return out
 
@@ -163,6 +179,7 @@ class PageData:
     frame: pd.DataFrame
     explorer: object
     page_cells: int
+    prices: dict = field(default_factory=dict)
 
     def part(self, name: str) -> dict | list:
         """``"questions"`` (test_id to expected, gold_evidence, gold_doc_ids) or ``"detail-NNNN"`` (that page's
@@ -170,7 +187,7 @@ class PageData:
         if name == "questions":
             return _questions(self.explorer)
         p = _detail_number(name, self.cells["pages"])
-        return _details(self.explorer, self.frame.iloc[p * self.page_cells:(p + 1) * self.page_cells])
+        return _details(self.explorer, self.frame.iloc[p * self.page_cells:(p + 1) * self.page_cells], self.prices)
 
 
 def page_data(explorer, folder: str | Path | None = None, *, figures: str = "files",
@@ -230,7 +247,7 @@ def page_data(explorer, folder: str | Path | None = None, *, figures: str = "fil
         cells={"columns": columns, "metrics": metrics, "rows": [list(r.values()) for r in plain_rows(cells[columns])],
                "questions": {t: str(q.at[t, "question"]) if "question" in q.columns else "" for t in q.index},
                "page_cells": page_cells, "pages": max(1, -(-len(cells) // page_cells))},
-        frame=cells, explorer=explorer, page_cells=page_cells)
+        frame=cells, explorer=explorer, page_cells=page_cells, prices=manifest.get("prices") or {})
 
 
 def export_page(folder: str | Path, out: str | Path, *, questions: pd.DataFrame | None = None,
