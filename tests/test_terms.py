@@ -109,3 +109,23 @@ def test_highlight_escapes_hostile_text(kb):
     out = str(kb.highlight('<img src=x onerror="alert(1)"> EUV <script>x</script>'))
     assert "<img" not in out and "<script>" not in out and "&lt;script&gt;" in out
     assert '<mark class="fabnb-term fabnb-processes" title="EUV: processes">EUV</mark>' in out
+
+
+def test_a_users_corpus_gets_its_levels_from_its_own_knowledge_base(tmp_path):
+    """Seen: every document of a user's corpus came out "low". A base of another domain names its own categories,
+    so Eq. 1's high-weight pair (parameters, processes) was absent and omega_h was 0 whatever the text; now the
+    base's two heaviest categories are that pair."""
+    csv = tmp_path / "chemistry.csv"
+    csv.write_text("term,category,weight\n" + "".join(f"{t},reagents,1.6\n" for t in (
+        "sulfuric acid", "sodium hydroxide", "acetone", "ethanol", "toluene")) +
+        "spectrometer,instruments,1.5\nburette,instruments,1.5\nsample,general,1.0\n")
+    kb = KnowledgeBase.from_file(csv)
+    assert kb.high_weight_categories == ("reagents", "instruments")
+    filler = " ".join(["the mixture was left to stand and then it was checked again"] * 12)
+    text = f"Add sulfuric acid, sodium hydroxide, acetone, ethanol and toluene in turn. {filler}"
+    documents = pd.DataFrame({"doc_id": ["d1"], "text": [text]})
+    measured = kb.analyse_frame(documents)
+    assert measured.loc[0, "technical_density"] < 0.12  # not dense: the level comes from omega_h
+    assert measured.loc[0, "high_weight_presence"] == pytest.approx(1.6 * 5)
+    assert measured.loc[0, "precision_level"] == "medium"
+    assert KnowledgeBase.default().analyse_frame(documents).loc[0, "precision_level"] == "low"

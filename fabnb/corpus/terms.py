@@ -154,6 +154,12 @@ class KnowledgeBase:
             raise KnowledgeBaseError(f"{name}: category {bad!r} has several weights; give each category one weight.")
         cats = tuple(terms["category"].unique())
         high = tuple(c for c in (high_weight_categories or HIGH_WEIGHT_CATEGORIES) if c in cats)
+        if not high and high_weight_categories is None:
+            # A base of one's own domain names its own categories: Eq. 1's high-weight pair is then its two
+            # heaviest (in the paper's base, parameters and processes are the two highest weights, A.8). Without
+            # this its omega_h was always 0 and every document of a user's corpus came out "low".
+            by_weight = terms.drop_duplicates("category").sort_values("weight", ascending=False, kind="stable")
+            high = tuple(by_weight["category"].head(2))
         return cls(terms, high, name)
 
     @classmethod
@@ -161,7 +167,21 @@ class KnowledgeBase:
         """Read a CSV (term, category, weight) or YAML knowledge base.
 
         YAML takes either a list of ``{term, category, weight}`` records or a mapping
-        ``{category: {weight: w, terms: [...]}}``.
+        ``{category: {weight: w, terms: [...]}}``. Eq. 1's high-weight categories are
+        ``high_weight_categories``, else the paper's pair where the file has them, else the
+        file's two heaviest categories.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "kb.csv"
+        >>> _ = path.write_text("term,category,weight\\nbeta blocker,drugs,1.6\\nQT interval,measures,1.7\\n"
+        ...                     "patient,general,1.0\\n")
+        >>> kb = KnowledgeBase.from_file(path)
+        >>> kb.high_weight_categories
+        ('measures', 'drugs')
+        >>> kb.analyse("A beta blocker prolongs the QT interval.").high_weight_presence
+        3.3
         """
         path = Path(path)
         if not path.exists():
