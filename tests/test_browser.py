@@ -46,17 +46,20 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _jupyterlab(work: Path, env: dict, log_path: Path):
-    """JupyterLab on loopback serving ``work``; yields its base URL and token, then stops it and its kernels."""
+def _jupyterlab(work: Path, env: dict, log_path: Path, app: str = "lab"):
+    """JupyterLab (``app="notebook"``: Notebook 7) on loopback serving ``work``; yields its base URL and token, then
+    stops it and its kernels."""
     port, token = _free_port(), "fabnb-browser-test"
+    expose = ["--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None",
+              "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"] if app == "lab" else \
+        ["--JupyterNotebookApp.expose_app_in_browser=True"]
     env = {**os.environ, **env, "JUPYTER_CONFIG_DIR": str(work.parent / "jupyter-config"),
            "JUPYTER_RUNTIME_DIR": str(work.parent / "jupyter-runtime")}
     log = open(log_path, "wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", f"--ServerApp.port={port}",
+        [sys.executable, "-m", "jupyter", app, "--no-browser", "--allow-root", f"--ServerApp.port={port}",
          "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={token}", f"--ServerApp.root_dir={work}",
-         "--ServerApp.port_retries=0", "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+         "--ServerApp.port_retries=0", *expose],
         cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90

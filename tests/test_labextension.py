@@ -264,11 +264,8 @@ def test_the_extension_end_to_end_in_a_real_browser(tmp_path, fab_bench_dir):
     assert mine.to_dict() == {"accuracy": 4, "relevance": 5, "difficulty": 2, "diversity": 3}
 
 
-def test_the_conventions_the_file_browsers_menu_shortcuts_and_a_setting(tmp_path, monkeypatch):
-    """The file browser's menu (Plan on a .toml, Compare with… on run.fabnb), the shortcuts' bindings, and a
-    setting changed in the Settings Editor (the runs folder), which the next New experiment uses."""
-    from playwright.sync_api import sync_playwright
-
+def _scripted_run(tmp_path: Path, monkeypatch) -> tuple[Path, Path, dict]:
+    """A finished run of one question on the scripted server, in ``lab/study/out``: (root, study, env)."""
     from fabnb.experiment import Experiment, run_experiment
 
     from stub_openai import StubServer
@@ -287,6 +284,15 @@ def test_the_conventions_the_file_browsers_menu_shortcuts_and_a_setting(tmp_path
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     env = {"JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings"), "FABNB_CACHE_DIR": str(tmp_path / "cache")}
+    return work, study, env
+
+
+def test_the_conventions_the_file_browsers_menu_shortcuts_and_a_setting(tmp_path, monkeypatch):
+    """The file browser's menu (Plan on a .toml, Compare with… on run.fabnb), the shortcuts' bindings, and a
+    setting changed in the Settings Editor (the runs folder), which the next New experiment uses."""
+    from playwright.sync_api import sync_playwright
+
+    work, study, env = _scripted_run(tmp_path, monkeypatch)
     with _jupyterlab(work, env, tmp_path / "lab.log") as (base, token), sync_playwright() as pw:
         browser = _chromium(pw)
         try:
@@ -325,5 +331,32 @@ def test_the_conventions_the_file_browsers_menu_shortcuts_and_a_setting(tmp_path
             made = (study / "experiment-1.toml").read_text()
             assert 'output = "my-runs/experiment-1"' in made and 'name = "experiment-1"' in made
             _shot(page, "settings")
+        finally:
+            browser.close()
+
+
+def test_notebook_7_has_the_runs_sidebar_and_the_viewer_and_no_status_item(tmp_path, monkeypatch):
+    """Notebook 7 loads the same extension: the runs sidebar in its left panel, a run's viewer as a document in its
+    own tab (/edit/.../run.fabnb), and no status-bar item (Notebook 7 has no status bar)."""
+    from playwright.sync_api import sync_playwright
+
+    work, study, env = _scripted_run(tmp_path, monkeypatch)
+    with _jupyterlab(work, env, tmp_path / "notebook.log", app="notebook") as (base, token), \
+            sync_playwright() as pw:
+        browser = _chromium(pw)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(f"{base}/edit/study/out/run.fabnb?token={token}")
+            viewer = page.locator(".fabnb-viewer")
+            viewer.wait_for(timeout=120_000)
+            results = viewer.frame_locator("iframe.fabnb-results-frame")
+            results.locator(".fabnb-results[data-ready]").wait_for(state="attached", timeout=60_000)
+            assert results.locator("tr.fabnb-row").count() == 1
+            page.evaluate("() => window.jupyterapp.commands.execute('application:toggle-panel', {side: 'left'})")
+            page.evaluate("() => window.jupyterapp.shell.activateById('fabnb-runs')")
+            page.locator("#fabnb-runs .fabnb-run[data-path='study/out']").wait_for(timeout=60_000)
+            assert page.locator("#fabnb-runs").is_visible()
+            assert page.locator(".fabnb-status").count() == 0
+            _shot(page, "notebook7")
         finally:
             browser.close()
