@@ -99,3 +99,24 @@ def test_the_docs_table_is_the_fields_the_reader_takes():
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     assert rows == [f"| `{k}` | {'yes' if required else 'no'} | {what} |" for k, (required, what)
                     in PLAIN_FIELDS.items()]
+
+
+def test_the_documented_json_schema_is_the_readers_and_agrees_with_it():
+    """docs/questions.schema.json is plain_schema(); rows the reader takes pass it, rows it refuses fail it."""
+    import jsonschema
+
+    from conftest import ROOT
+    from fabnb.data.plain import plain_schema
+
+    schema = plain_schema()
+    assert json.loads((ROOT / "docs" / "questions.schema.json").read_text()) == schema
+    good = [{"question": "What?", "answer": "This."},
+            {"id": "q1", "question": "What?", "answer": "This.", "test_type": "multi_hop",
+             "gold_evidence": "The passage.", "gold_doc_ids": ["D1", "D2"], "primary_metric": "depth"}]
+    bad = [{"question": "What?"}, {"question": "What?", "answer": "This.", "questoin": "typo"},
+           {"question": "What?", "answer": "This.", "test_type": "trivia"}, {"question": "", "answer": "This."}]
+    for row in good:
+        jsonschema.validate(row, schema)
+    for row in bad:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(row, schema)

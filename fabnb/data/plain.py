@@ -24,7 +24,7 @@ from pathlib import Path
 from ..core.files import MAX_FILE_BYTES, FileRefused, read_text
 from ..core.schema import METRICS, QUESTION_FORMATS, TEST_TYPES
 
-__all__ = ["PLAIN_FIELDS", "PLAIN_SUFFIXES", "PlainError", "plain_records"]
+__all__ = ["PLAIN_FIELDS", "PLAIN_SUFFIXES", "PlainError", "plain_records", "plain_schema"]
 
 #: The file kinds read as plain questions.
 PLAIN_SUFFIXES = (".csv", ".jsonl")
@@ -138,3 +138,29 @@ def plain_records(path: str | Path) -> list[tuple[str, dict]]:
     stem = path.stem
     return [(f"{path.name}, line {line}", _record(f"{path.name}, line {line}", row, f"{stem}-{i + 1:04d}"))
             for i, (line, row) in enumerate(_rows(path, text.lstrip("\ufeff")))]
+
+
+def plain_schema() -> dict:
+    """The JSON Schema (draft 2020-12) of one row of a JSON Lines question file, made from :data:`PLAIN_FIELDS`
+    (``docs/questions.schema.json`` is this; an editor that knows JSON Schema checks a file as it is written).
+    It names the fields as documented; the reader also takes ``ground_truth_answer`` and ``test_id``.
+
+    Examples
+    --------
+    >>> schema = plain_schema()
+    >>> schema["required"], "multi_hop" in schema["properties"]["test_type"]["enum"]
+    (['question', 'answer'], True)
+    """
+    text = {"type": "string", "minLength": 1}
+    kinds = {"test_type": {"type": "string", "enum": list(TEST_TYPES)},
+             "question_format": {"type": "string", "enum": list(QUESTION_FORMATS)},
+             "primary_metric": {"type": "string", "enum": list(METRICS)},
+             "gold_doc_ids": {"oneOf": [{"type": "array", "items": {"type": ["string", "integer"]}},
+                                        {"type": "string"}]},
+             "id": {"type": ["string", "integer"]}}
+    properties = {name: {**kinds.get(name, text), "description": about.replace("`", "")}
+                  for name, (_, about) in PLAIN_FIELDS.items()}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": "fabnb: one question of a JSON Lines question file ([questions] source)",
+            "type": "object", "properties": properties, "additionalProperties": False,
+            "required": [name for name, (needed, _) in PLAIN_FIELDS.items() if needed]}
