@@ -105,8 +105,9 @@ def test_the_documented_json_schema_is_the_readers_and_agrees_with_it():
     """docs/questions.schema.json is plain_schema(); rows the reader takes pass it, rows it refuses fail it."""
     import jsonschema
 
-    from conftest import ROOT
     from fabnb.data.plain import plain_schema
+
+    from conftest import ROOT
 
     schema = plain_schema()
     assert json.loads((ROOT / "docs" / "questions.schema.json").read_text()) == schema
