@@ -556,6 +556,11 @@ def test_an_output_folder_of_another_experiment_or_of_other_files_is_refused(tmp
     (tmp_path / "elsewhere" / "notes.txt").write_text("mine")
     with pytest.raises(ExperimentError, match="no fabnb manifest"):
         check_output(Experiment.from_file(write_file(tmp_path), output=tmp_path / "elsewhere"))
+    # A run refused there leaves the folder as it was: the marker it writes first (to be listed at once) goes.
+    with pytest.raises(ExperimentError, match="no fabnb manifest"):
+        run_experiment(Experiment.from_file(write_file(tmp_path), output=tmp_path / "elsewhere"), progress=False,
+                       probe=False, echo=quiet)
+    assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == ["notes.txt"]
 
 
 def test_a_budget_stops_before_it_is_passed_and_a_higher_one_continues(tmp_path, stub):

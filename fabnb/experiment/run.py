@@ -199,11 +199,17 @@ def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe
         raise ExperimentError(f"{exp.source}: output = {str(exp.output)!r} cannot be made a folder "
                               f"({exc.strerror or exc}); name a folder you can write to.") from None
     with hold(exp.output, f"the experiment {exp.name!r}"):  # one run per folder: a second is refused at once
-        if not (exp.output / MARKER).exists():
+        marked = not (exp.output / MARKER).exists()
+        if marked:
             # Seen by the runs sidebar from its first second, not after the questions, the chunking, the model's
             # start and the plan (10-20 s); a folder with a marker keeps it until check_output has passed.
             write_marker(exp.output, exp.name, exp.source)
-        return _run(exp, opts)
+        try:
+            return _run(exp, opts)
+        except BaseException:
+            if marked and not (exp.output / "manifest.json").exists():
+                (exp.output / MARKER).unlink(missing_ok=True)  # refused before it began: no run to list
+            raise
 
 
 class ConfirmationNeeded(ExperimentError):

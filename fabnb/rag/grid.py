@@ -188,6 +188,7 @@ def _ask_cells(todo: list, store: ResultsStore, concurrency: int, bar, stop_on_f
     failures, stop, pending = [], None, iter(todo)
     pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
     running: set = set()
+    landed: list = []  # answered, not yet stored: a stop between the two still stores them
     abandoned = False
 
     def take(future) -> None:
@@ -202,16 +203,18 @@ def _ask_cells(todo: list, store: ResultsStore, concurrency: int, bar, stop_on_f
         running = {pool.submit(ask_cell, *cell) for cell in itertools.islice(pending, max(1, concurrency))}
         while running:
             finished, running = wait(running, return_when=FIRST_COMPLETED)
-            for future in finished:
+            landed = list(finished)
+            while landed:
+                future = landed[-1]
                 record = future.result()
                 if record["status"] != "ok":
                     stop = stop or (record if stop_on_failure else None)
                 cell = next(pending, None) if stop is None else None
                 if cell is not None:  # keep the slot busy while this answer is written
                     running.add(pool.submit(ask_cell, *cell))
-                take(future)
+                take(landed.pop())
     except KeyboardInterrupt:
-        abandoned = not _finish_in_flight(running, take, bar)
+        abandoned = not _finish_in_flight(running | set(landed), take, bar)
         raise
     finally:
         # An abandoned call's thread is left to end on its own; the CLI leaves without waiting for it.
