@@ -317,27 +317,15 @@ class Results:
         return ex, notes
 
     def summary(self, rel: str) -> dict:
-        """name, status (:func:`fabnb.experiment.progress.run_status`), summary (``summary.md``'s text or ''),
-        coverage (``coverage.csv``'s rows), figures (the report's images, relative to the root), systems,
-        windows, modes, metrics (the values the filters offer), cells (how many), notes,
-        calibration (``calibration/calibration.json``, or None)."""
+        """What the viewer shows around the run's page: name, path, status
+        (:func:`fabnb.experiment.progress.run_status`), cells (how many), notes (cut records, paths outside the
+        root, what the scores are worth) and calibration (``calibration/calibration.json``, or None). The page
+        (:meth:`page_file`) holds the rest: means, coverage, figures, cells."""
         from ..experiment.progress import run_status
 
         folder = self._folder(rel)
         status = run_status(folder, self.root)
         ex, notes = self.explorer(rel)
-        summary = folder / "summary.md"
-        coverage = []
-        if (folder / "coverage.csv").exists():
-            import pandas as pd
-
-            from ..experiment.output import json_records
-
-            coverage = json_records(pd.read_csv(folder / "coverage.csv"))
-        images = list((folder / "report").rglob("*.png")) + [p for p in (folder / "report").rglob("*.svg")
-                                                              if not p.with_suffix(".png").exists()]
-        figures = sorted(_rel(self.root, p) for p in images)
-        c = ex.cells
         calibration = None
         if len(ex.scores):  # what the scores are worth: the judge's calibration against experts, or that there is none
             from ..judge.calibration import CalibrationError, read_calibration
@@ -349,13 +337,7 @@ class Results:
             except CalibrationError as exc:
                 notes = notes + [str(exc)]
         return {"name": status["name"], "path": _rel(self.root, folder), "status": status,
-                "summary": summary.read_text(encoding="utf-8") if summary.exists() else "",
-                "coverage": coverage, "figures": figures, "cells": int(len(c)), "notes": notes,
-                "systems": sorted(map(str, c["system"].unique())),
-                "windows": sorted(float(v) for v in c["context_k"].unique()),
-                "modes": sorted(map(str, c["mode"].unique())), "metrics": ex.metrics,
-                "states": sorted(map(str, c["state"].unique())),
-                "calibration": calibration}
+                "cells": int(len(ex.cells)), "notes": notes, "calibration": calibration}
 
     def page_file(self, rel: str, name: str) -> Path:
         """A file of the run's results page (:func:`fabnb.views.page.fresh_page`, the one renderer): ``index.html``
