@@ -125,6 +125,18 @@ def quiet(*args):
     pass
 
 
+def one_question_run(folder: Path, cache: Path, monkeypatch) -> Path:
+    """A finished run of one question (window 1K, mode A, relevance) on the scripted server into ``folder/out``;
+    its experiment file."""
+    monkeypatch.setenv("FABNB_CACHE_DIR", str(cache))
+    monkeypatch.setenv("FABNB_TEST_KEY", "sk-test")
+    with StubServer(judge_or_echo) as server:
+        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
+        path = write_file(folder, sample=1, windows="[1]", modes='["A"]', metrics='["relevance"]')
+        run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    return path
+
+
 # --------------------------------------------------------------- the file
 
 

@@ -266,20 +266,12 @@ def test_the_extension_end_to_end_in_a_real_browser(tmp_path, fab_bench_dir):
 
 def _scripted_run(tmp_path: Path, monkeypatch) -> tuple[Path, Path, dict]:
     """A finished run of one question on the scripted server, in ``lab/study/out``: (root, study, env)."""
-    from fabnb.experiment import Experiment, run_experiment
-
-    from stub_openai import StubServer
-    from test_experiment import judge_or_echo, quiet, write_file
+    from test_experiment import one_question_run
 
     work = tmp_path / "lab"
     study = work / "study"
     study.mkdir(parents=True)
-    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("FABNB_TEST_KEY", "sk-test")
-    with StubServer(judge_or_echo) as server:
-        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
-        path = write_file(study, sample=1, windows="[1]", modes='["A"]', metrics='["relevance"]')
-        run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    one_question_run(study, tmp_path / "cache", monkeypatch)
     settings = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')

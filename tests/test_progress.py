@@ -16,7 +16,7 @@ from fabnb.experiment import Experiment, run_experiment
 from fabnb.experiment.progress import MARKER, ProgressFile, find_runs, read_progress, run_status, write_marker
 
 from stub_openai import StubServer
-from test_experiment import judge_or_echo, quiet, write_file
+from test_experiment import judge_or_echo, one_question_run, quiet, write_file
 
 
 class Clock:
@@ -220,10 +220,5 @@ def test_a_run_is_listed_from_its_first_second(tmp_path, monkeypatch):
         return real(exp, build)
 
     monkeypatch.setattr(run_module, "_inputs", slow_inputs)
-    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("FABNB_TEST_KEY", "sk-test")
-    with StubServer(judge_or_echo) as server:
-        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
-        path = write_file(tmp_path, sample=1, windows="[1]", modes='["A"]', metrics='["relevance"]')
-        run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    one_question_run(tmp_path, tmp_path / "cache", monkeypatch)
     assert seen == [([tmp_path / "out"], "starting")]
