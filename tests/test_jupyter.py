@@ -60,6 +60,10 @@ def test_the_extensions_conventions_are_declared_and_its_words_go_through_the_tr
     plain = re.findall(r"\b(?:label|caption|title): '", source)
     assert not plain, f"{len(plain)} label(s) in index.ts bypass the translator: wrap them in trans.__()"
     assert source.count("trans.__(") >= 20
+    for panel in ("index.ts", "runs.ts", "viewer.ts", "status.ts"):  # every panel's words: api.ts's __(), one bundle
+        text = (ROOT / "labextension" / "src" / panel).read_text()
+        plain = re.findall(r"el\('[a-z0-9]+', '[^']+'|\.(?:title|caption) = '[^']+'", text)
+        assert not plain, f"{panel}: {plain[:3]} bypass the translator: wrap them in __()"
 
 
 def test_the_built_extension_matches_its_sources():

@@ -2,10 +2,21 @@
 // with its authentication and XSRF token. Every answer is decided by the Python side.
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
+import { nullTranslator, TranslationBundle } from '@jupyterlab/translation';
 
 /** The FAB-Bench settings (the Settings Editor's "FAB-Bench", schema/plugin.json), read by every panel; the
  * plugin keeps them current. */
 export const SETTINGS = { runsFolder: 'fabnb-runs', pollSeconds: 2, pageRows: 100, confirmUsd: null as number | null };
+
+/** The translator's bundle for fabnb's words (the plugin sets it from JupyterLab's translator at activation). */
+let bundle: TranslationBundle = nullTranslator.load('fabnb');
+export function setTranslator(b: TranslationBundle): void {
+  bundle = b;
+}
+/** A string a user reads, through JupyterLab's translator (``%1``... are filled from ``args``). */
+export function __(text: string, ...args: any[]): string {
+  return bundle.__(text, ...args);
+}
 
 /** The states of a run that is going (the runs sidebar, the status bar, a live viewer). */
 export const LIVE = ['starting', 'running', 'stopping', 'ending'];

@@ -12,7 +12,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
-import { api, el, post, SETTINGS, table } from './api';
+import { __, api, el, post, setTranslator, SETTINGS, table } from './api';
 import { IRun, RunsPanel } from './runs';
 import { RunStatus } from './status';
 import { ResultsViewer } from './viewer';
@@ -55,7 +55,7 @@ class KindPicker extends Widget implements Dialog.IBodyWidget<{ kind: string; na
   constructor(kinds: IKind[]) {
     super();
     this.name.value = 'experiment';
-    this.name.title = 'names the file (NAME.toml), the experiment and its run folder (fabnb-runs/NAME); a name in use gets -1, -2 ...';
+    this.name.title = __('names the file (NAME.toml), the experiment and its run folder (fabnb-runs/NAME); a name in use gets -1, -2 ...');
     this.addClass('fabnb-lab');
     const about = el('p', '', 'fabnb-muted');
     for (const k of kinds) {
@@ -70,8 +70,8 @@ class KindPicker extends Widget implements Dialog.IBodyWidget<{ kind: string; na
     };
     this.select.onchange = describe;
     describe();
-    this.node.append(el('label', 'Name (the file, the experiment and its run folder):'), this.name,
-      el('label', 'The offline example, with a system of this kind to fill in:'), this.select, about);
+    this.node.append(el('label', __('Name (the file, the experiment and its run folder):')), this.name,
+      el('label', __('The offline example, with a system of this kind to fill in:')), this.select, about);
   }
 
   getValue(): { kind: string; name: string } {
@@ -111,43 +111,43 @@ class PlanPanel extends Widget {
     this.addClass('fabnb-panel');
     this.addClass('fabnb-lab');
     this.title.icon = ICON;
-    this.title.caption = 'FAB-Bench plan';
+    this.title.caption = __('FAB-Bench plan');
   }
 
   /** The plan of an experiment file; with ``probe`` its time measured (three short calls per endpoint, made by a
    * child process of the server, which starts the embedded model if the file names it). */
   async showPlan(path: string, probe = false): Promise<any> {
-    const doing = probe ? 'measuring each endpoint (three short calls each; the embedded model starts first)...'
-      : 'planning (no call is made)...';
-    this.node.replaceChildren(el('h2', `Plan: ${path}`), el('div', doing, 'fabnb-muted'));
+    const doing = probe ? __('measuring each endpoint (three short calls each; the embedded model starts first)...')
+      : __('planning (no call is made)...');
+    this.node.replaceChildren(el('h2', __('Plan: %1', path)), el('div', doing, 'fabnb-muted'));
     let p: any;
     try {
       p = await api('plan', {}, probe ? { file: path, probe: '1' } : { file: path });
     } catch (error) {
       p = { ok: false, error: String((error as Error).message) };
     }
-    const parts: HTMLElement[] = [el('h2', `Plan: ${path}`)];
+    const parts: HTMLElement[] = [el('h2', __('Plan: %1', path))];
     if (!p.ok) {
       parts.push(el('pre', p.error, 'fabnb-error fabnb-plan-error'));
     } else {
       const time = p.rows.every((r: any) => r.seconds !== null && r.seconds !== undefined);
-      parts.push(el('div', time ? 'time: from probes (the figure to trust on this machine)'
-        : 'time: not measured yet (no run of this folder kept its probes)', 'fabnb-plan-time'));
+      parts.push(el('div', time ? __('time: from probes (the figure to trust on this machine)')
+        : __('time: not measured yet (no run of this folder kept its probes)'), 'fabnb-plan-time'));
       if (!time) {
-        const measure = el('button', 'Measure the time', 'jp-Button fabnb-button fabnb-probe-button');
-        measure.title = 'three short calls per endpoint, as fabnb run FILE --dry-run makes';
+        const measure = el('button', __('Measure the time'), 'jp-Button fabnb-button fabnb-probe-button');
+        measure.title = __('three short calls per endpoint, as fabnb run FILE --dry-run makes');
         measure.onclick = () => void this.showPlan(path, true);
         parts.push(measure);
       }
       parts.push(table(p.rows, ['system', 'stage', 'calls', 'done', 'todo', 'cost_usd', 'seconds']), el('pre', p.text, 'fabnb-plan-text'));
     }
     if (p.running) {
-      parts.push(el('div', `Running now: ${p.running}`, 'fabnb-warning'));
+      parts.push(el('div', __('Running now: %1', p.running), 'fabnb-warning'));
     }
     if (p.ok && !p.output) {
-      parts.push(el('div', 'Its run folder is outside this server\'s root: JupyterLab can neither run it nor list it in ' +
-        'the runs sidebar. Name an output inside the root, or run it from a terminal and open it with fabnb explore DIR.',
-        'fabnb-warning fabnb-outside-root'));
+      parts.push(el('div', __('Its run folder is outside this server\'s root: JupyterLab can neither run it nor list ' +
+        'it in the runs sidebar. Name an output inside the root, or run it from a terminal and open it with ' +
+        'fabnb explore DIR.'), 'fabnb-warning fabnb-outside-root'));
     }
     this.node.replaceChildren(...parts);
     return p;
@@ -170,6 +170,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const { commands, shell, docRegistry } = app;
     // Every string a user reads goes through JupyterLab's translator (the "fabnb" domain; English as written).
     const trans = (translator ?? nullTranslator).load('fabnb');
+    setTranslator(trans);  // the panels' words too (runs.ts, viewer.ts, status.ts)
 
     docRegistry.addFileType({
       name: FILE_TYPE,
@@ -343,7 +344,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         const content = new Widget();
         content.addClass('fabnb-panel');
         content.addClass('fabnb-lab');
-        content.node.append(el('div', 'checking...', 'fabnb-muted'));
+        content.node.append(el('div', __('checking...'), 'fabnb-muted'));
         const tab = new MainAreaWidget({ content });
         tab.title.label = trans.__('fabnb doctor');
         tab.title.icon = DOCTOR_ICON;
@@ -351,7 +352,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         shell.add(tab, 'main');
         try {
           const rows = await api<any[]>('doctor');
-          content.node.replaceChildren(el('h2', 'fabnb doctor'), table(rows, Object.keys(rows[0] || {})));
+          content.node.replaceChildren(el('h2', __('fabnb doctor')), table(rows, Object.keys(rows[0] || {})));
         } catch (error) {
           content.node.replaceChildren(el('div', String((error as Error).message), 'fabnb-error'));
         }

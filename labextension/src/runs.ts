@@ -1,7 +1,7 @@
 // The "FAB-Bench runs" sidebar: every run under the server's root with its live status, polled while shown.
 // What a run's state is, is decided by fabnb.experiment.progress.run_status on the server.
 import { Widget } from '@lumino/widgets';
-import { api, el, LIVE, post, seconds, SETTINGS } from './api';
+import { __, api, el, LIVE, post, seconds, SETTINGS } from './api';
 
 export interface IRun {
   path: string;
@@ -41,25 +41,25 @@ export class RunsPanel extends Widget {
     this.id = 'fabnb-runs';
     this.addClass('fabnb-panel');
     this.addClass('fabnb-lab');
-    this.title.caption = 'FAB-Bench runs';
-    const refresh = el('button', 'Refresh', 'jp-Button fabnb-button');
+    this.title.caption = __('FAB-Bench runs');
+    const refresh = el('button', __('Refresh'), 'jp-Button fabnb-button');
     refresh.onclick = () => {
       this.order = [];
       void this.refresh();
     };
-    this.node.append(el('h2', 'FAB-Bench runs'), refresh, this.compareBox, this.status, this.list,
-      el('div', 'Listed: the runs under this server\'s root, up to 4 folders down (hidden folders skipped). A run ' +
+    this.node.append(el('h2', __('FAB-Bench runs')), refresh, this.compareBox, this.status, this.list,
+      el('div', __('Listed: the runs under this server\'s root, up to 4 folders down (hidden folders skipped). A run ') +
         'elsewhere is not listed: fabnb explore DIR opens it.', 'fabnb-muted fabnb-runs-where'));
     this.drawPicked();
   }
 
   /** "Compare": enabled once two runs are picked (the first picked is the base). */
   private drawPicked(): void {
-    const go = el('button', 'Compare the two picked', 'jp-Button fabnb-button fabnb-compare-picked');
+    const go = el('button', __('Compare the two picked'), 'jp-Button fabnb-button fabnb-compare-picked');
     go.disabled = this.picked.length !== 2;
     go.onclick = () => this.compare(this.picked[0], this.picked[1]);
-    const said = this.picked.length === 2 ? `base ${this.picked[0]}, candidate ${this.picked[1]}`
-      : 'pick two finished runs to compare (the first picked is the base)';
+    const said = this.picked.length === 2 ? __('base %1, candidate %2', this.picked[0], this.picked[1])
+      : __('pick two finished runs to compare (the first picked is the base)');
     this.compareBox.replaceChildren(go, el('div', said, 'fabnb-muted'));
   }
 
@@ -114,7 +114,7 @@ export class RunsPanel extends Widget {
       }
       this.last.set(r.path, r.state);
     }
-    this.status.textContent = runs.length ? '' : 'No runs under this folder yet: open an experiment file and press Run.';
+    this.status.textContent = runs.length ? '' : __('No runs under this folder yet: open an experiment file and press Run.');
     this.picked = this.picked.filter(p => runs.some(r => r.path === p));  // a run gone from the root is unpicked
     this.list.replaceChildren(...this.steady(runs).map(r => this.item(r)));
   }
@@ -144,7 +144,7 @@ export class RunsPanel extends Widget {
   /** Stop: "stopping…" from the click; a second click abandons the calls still in flight. */
   private stopButton(r: IRun): HTMLButtonElement {
     const again = r.state === 'stopping' || this.stopAsked.has(r.path);
-    const button = this.action(again ? 'Abandon calls in flight' : 'Stop', 'runs/stop', { path: r.path });
+    const button = this.action(again ? __('Abandon calls in flight') : __('Stop'), 'runs/stop', { path: r.path });
     button.classList.add(again ? 'fabnb-abandon' : 'fabnb-stop');
     const send = button.onclick as () => Promise<void>;
     button.onclick = () => {
@@ -152,7 +152,7 @@ export class RunsPanel extends Widget {
       const card = button.closest('.fabnb-run');
       const state = card?.querySelector('.fabnb-run-state');
       if (state) {
-        state.textContent = ' stopping…';
+        state.textContent = ' ' + __('stopping…');
       }
       card?.classList.add('fabnb-state-stopping');
       return send();
@@ -171,12 +171,12 @@ export class RunsPanel extends Widget {
     box.dataset.path = r.path;
     box.dataset.state = state;
     const title = el('button', r.name, 'fabnb-run-name');
-    title.title = `Open ${r.path}`;
+    title.title = __('Open %1', r.path);
     title.onclick = () => this.open(r);
     const pick = el('input', '', 'fabnb-pick-run');
     pick.type = 'checkbox';
     pick.value = r.path;
-    pick.title = 'pick to compare (fabnb compare)';
+    pick.title = __('pick to compare (fabnb compare)');
     pick.checked = this.picked.includes(r.path);
     pick.onchange = () => this.pick(r.path, pick.checked);
     box.append(pick, title, el('span', ` ${label}`, 'fabnb-run-state'));
@@ -189,10 +189,10 @@ export class RunsPanel extends Widget {
     }
     const flying = r.progress?.in_flight;
     if (state === 'stopping' && flying !== null && flying !== undefined) {
-      box.append(el('div', `stopping: ${flying} call(s) in flight finishing; their answers are kept`, 'fabnb-run-progress'));
+      box.append(el('div', __('stopping: %1 call(s) in flight finishing; their answers are kept', flying), 'fabnb-run-progress'));
     }
     if (r.spent_usd !== null && r.spent_usd !== undefined) {
-      box.append(el('div', `spent $${r.spent_usd.toFixed(4)}`, 'fabnb-muted'));
+      box.append(el('div', __('spent $%1', r.spent_usd.toFixed(4)), 'fabnb-muted'));
     }
     if (r.problem || r.cause) {
       box.append(el('div', r.problem || r.cause || '', 'fabnb-error'));
@@ -200,7 +200,7 @@ export class RunsPanel extends Widget {
     if (live) {
       box.append(this.stopButton(r));
     } else if (r.experiment_file && r.state !== 'finished' && r.state !== 'ending') {
-      box.append(this.action('Resume', 'runs', { file: r.experiment_file }));
+      box.append(this.action(__('Resume'), 'runs', { file: r.experiment_file }));
     }
     return box;
   }

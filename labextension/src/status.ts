@@ -1,7 +1,7 @@
 // The status bar's FAB-Bench item: the going run's stage, done/planned, ETA and spend; a click opens the runs
 // sidebar. Empty when no run goes. What a run's state is, the server decides (fabnb.experiment.progress).
 import { Widget } from '@lumino/widgets';
-import { api, LIVE, seconds, SETTINGS } from './api';
+import { __, api, LIVE, seconds, SETTINGS } from './api';
 import { IRun } from './runs';
 
 export class RunStatus extends Widget {
@@ -10,7 +10,7 @@ export class RunStatus extends Widget {
   constructor(private openRuns: () => void) {
     super();
     this.addClass('fabnb-status');
-    this.node.title = 'FAB-Bench: the run going now (a click shows the runs)';
+    this.node.title = __('FAB-Bench: the run going now (a click shows the runs)');
     this.node.onclick = () => this.openRuns();
     this.repoll();
   }
@@ -38,7 +38,7 @@ export class RunStatus extends Widget {
     const stage = s ? ` ${s.stage} ${s.ok}/${s.planned}` : '';
     const eta = s && s.eta_s !== null && s.eta_s !== undefined ? `, ETA ${seconds(s.eta_s)}` : '';
     const spent = r.spent_usd !== null && r.spent_usd !== undefined ? `, $${r.spent_usd.toFixed(2)}` : '';
-    this.node.textContent = `FAB-Bench: ${r.name} ${r.label || r.state}${stage}${eta}${spent}`;
+    this.node.textContent = __('FAB-Bench: %1 %2%3%4%5', r.name, r.label || r.state, stage, eta, spent);
   }
 
   dispose(): void {

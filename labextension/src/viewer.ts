@@ -6,7 +6,7 @@
 import { PageConfig, URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
-import { api, el, post, SETTINGS, table } from './api';
+import { __, api, el, post, SETTINGS, table } from './api';
 
 // A run's path as one segment of the page's address (base64url), so the page's relative data/... stay under it.
 export function pageKey(path: string): string {
@@ -33,9 +33,9 @@ export class ResultsViewer extends Widget {
     this.addClass('fabnb-viewer');
     this.addClass('fabnb-lab');
     this.node.tabIndex = 0;
-    this.title.label = `Results: ${path}`;
-    this.frame.title = 'the run\'s results page';
-    this.node.append(this.head, this.frame, el('h3', 'Rate a sample of this run (the judge against experts)'), this.experts, el('h3', 'Compare with another run'), this.runs);
+    this.title.label = __('Results: %1', path);
+    this.frame.title = __('the run\'s results page');
+    this.node.append(this.head, this.frame, el('h3', __('Rate a sample of this run (the judge against experts)')), this.experts, el('h3', __('Compare with another run')), this.runs);
     void this.load();
   }
 
@@ -51,11 +51,11 @@ export class ResultsViewer extends Widget {
       return;
     }
     const s = this.info;
-    this.title.label = `Results: ${s.name}`;
-    const reload = el('button', 'Reload', 'jp-Button fabnb-button');
-    reload.title = 'show what the run wrote since';
+    this.title.label = __('Results: %1', s.name);
+    const reload = el('button', __('Reload'), 'jp-Button fabnb-button');
+    reload.title = __('show what the run wrote since');
     reload.onclick = () => void this.load();
-    this.head.replaceChildren(el('h2', `${s.name}`), el('div', `${s.path}: ${s.status.label || s.status.state}, ${s.cells} cells `, 'fabnb-muted fabnb-viewer-state'), reload, this.live);
+    this.head.replaceChildren(el('h2', `${s.name}`), el('div', __('%1: %2, %3 cells ', s.path, s.status.label || s.status.state, s.cells), 'fabnb-muted fabnb-viewer-state'), reload, this.live);
     for (const note of s.notes) {
       this.head.append(el('div', note, 'fabnb-warning'));
     }
@@ -97,8 +97,8 @@ export class ResultsViewer extends Widget {
       this.stored = stored;
       this.showPage('');
     }
-    this.live.replaceChildren(el('div', `live: ${r.label || r.state}; ${stages}. The cells below are made again as ` +
-      'answers and scores are stored (not while a cell is open).', 'fabnb-warning'));
+    this.live.replaceChildren(el('div', __('live: %1; %2. The cells below are made again as answers and scores are ' +
+      'stored (not while a cell is open).', r.label || r.state, stages), 'fabnb-warning'));
   }
 
   dispose(): void {
@@ -155,24 +155,24 @@ export class ResultsViewer extends Widget {
     margin.value = '0.02';
     margin.name = 'margin';
     const out = el('div');
-    const go = el('button', 'Compare', 'jp-Button fabnb-button');
+    const go = el('button', __('Compare'), 'jp-Button fabnb-button');
     go.onclick = async () => {
-      out.replaceChildren(el('div', 'comparing…', 'fabnb-muted'));
+      out.replaceChildren(el('div', __('comparing…'), 'fabnb-muted'));
       try {
         const c = await api('results/compare-runs', {}, { base: base.value, candidate: this.info.path, margin: margin.value });
         const worse = c.items.filter((r: any) => r.d < 0).slice(0, 20);
-        out.replaceChildren(el('div', `verdict: ${c.verdict}`, `fabnb-verdict fabnb-verdict-${c.verdict.replace(/ /g, '-')}`),
+        out.replaceChildren(el('div', __('verdict: %1', c.verdict), `fabnb-verdict fabnb-verdict-${c.verdict.replace(/ /g, '-')}`),
           ...c.summary.map((line: string) => el('div', line)), ...c.notices.map((n: string) => el('div', n, 'fabnb-warning')),
-          el('h4', 'What differs'), c.differences.length ? table(c.differences, ['what', 'base', 'candidate', 'kind']) : el('div', 'nothing recorded differs', 'fabnb-muted'),
-          el('h4', 'Every metric and window (candidate - base)'),
+          el('h4', __('What differs')), c.differences.length ? table(c.differences, ['what', 'base', 'candidate', 'kind']) : el('div', __('nothing recorded differs'), 'fabnb-muted'),
+          el('h4', __('Every metric and window (candidate - base)')),
           table(c.table, ['system', 'metric', 'context_k', 'mode', 'base_mean', 'candidate_mean', 'mean', 'ci_low', 'ci_high', 'n', 'claimed']),
-          el('h4', 'Items that got worse (a click opens the cell in the page above)'),
+          el('h4', __('Items that got worse (a click opens the cell in the page above)')),
           table(worse, ['system', 'context_k', 'mode', 'test_id', 'base', 'candidate', 'd'], row => this.showPage([row.system, row.context_k, row.mode, row.test_id].join('|'))));
       } catch (error) {
         this.say(out, error);
       }
     };
-    this.runs.replaceChildren(el('span', 'base '), base, el('span', ' margin '), margin, go, out);
+    this.runs.replaceChildren(el('span', __('base ')), base, el('span', __(' margin ')), margin, go, out);
     if (this.wantCompare) {
       this.wantCompare = false;
       this.runs.scrollIntoView?.({ block: 'nearest' });
@@ -191,7 +191,7 @@ export class ResultsViewer extends Widget {
   private drawExperts(): void {
     const parts: HTMLElement[] = [];
     if (!this.info.calibration) {
-      parts.push(el('div', 'Not calibrated: no expert has scored this judge\'s answers yet.', 'fabnb-muted'));
+      parts.push(el('div', __('Not calibrated: no expert has scored this judge\'s answers yet.'), 'fabnb-muted'));
     }
     const n = el('input');
     n.type = 'number';
@@ -202,17 +202,17 @@ export class ResultsViewer extends Widget {
     raters.name = 'raters';
     raters.value = 'expert-1,expert-2';
     const out = el('div');
-    const go = el('button', 'Rate a sample of this run', 'jp-Button fabnb-button');
+    const go = el('button', __('Rate a sample of this run'), 'jp-Button fabnb-button');
     go.onclick = async () => {
       try {
         const page = await post('results/rate-sample', { path: this.info.path, n: Number(n.value), raters: raters.value.split(',') });
         const frame = el('iframe', '', 'fabnb-rate-frame');
         frame.src = URLExt.join(PageConfig.getBaseUrl(), 'voila', 'render', ...String(page.file).split('/').map(encodeURIComponent));
-        out.replaceChildren(el('div', `${page.n} answers for ${page.raters.join(', ')}; each enters their name below (keys 0-9, t for 10). Then: fabnb rate --from ${this.info.path}`, 'fabnb-muted'), frame);
+        out.replaceChildren(el('div', __('%1 answers for %2; each enters their name below (keys 0-9, t for 10). Then: fabnb rate --from %3', page.n, page.raters.join(', '), this.info.path), 'fabnb-muted'), frame);
       } catch (error) {
         this.say(out, error);
       }
     };
-    this.experts.replaceChildren(...parts, el('span', 'answers '), n, el('span', ' raters '), raters, go, out);
+    this.experts.replaceChildren(...parts, el('span', __('answers ')), n, el('span', __(' raters ')), raters, go, out);
   }
 }
