@@ -359,7 +359,7 @@ def test_the_paper_scale_page_opens_from_file_filters_and_asks_no_other_host(tmp
     assert browser.requests and all(u.startswith("file://") for u in browser.requests)
 
 
-def test_a_cells_detail_has_its_answers_latency_tokens_and_cost_at_the_runs_prices(tmp_path):
+def test_a_cells_detail_has_its_answers_latency_tokens_and_cost_at_the_runs_prices(tmp_path, monkeypatch):
     """Seen: the viewer showed no per-cell latency or cost."""
     from fabnb.views.explorer import Explorer
     from fabnb.views.page import page_data
@@ -374,3 +374,13 @@ def test_a_cells_detail_has_its_answers_latency_tokens_and_cost_at_the_runs_pric
     call = data.part("detail-0000")[0]["call"]
     assert call == {"latency_s": 1.5, "prompt_tokens": 1000, "completion_tokens": 100,
                     "cost_usd": pytest.approx((1000 * 1.0 + 100 * 10.0) / 1e6)}
+    # JupyterLab's viewer writes each detail file when a cell asks for it (detail_file): the same cost there.
+    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "answers.jsonl").write_text(answers.to_json(orient="records", lines=True))
+    (tmp_path / "scores.jsonl").write_text(scores.to_json(orient="records", lines=True))
+    from fabnb.views.page import _read_script, detail_file, fresh_page
+
+    explorer = Explorer(answers, scores, pd.DataFrame({"test_id": ["Q1"], "question": ["?"]}))
+    fresh_page(tmp_path, details=False, explorer=explorer)
+    lazy = _read_script(detail_file(tmp_path, "detail-0000", explorer))
+    assert lazy[0]["call"] == call

@@ -411,6 +411,7 @@ def detail_file(folder: str | Path, name: str, explorer) -> Path:
     the page was made gives those cells' texts as they are now, never another cell's. A :class:`ValueError` for a
     name that is no part of the page, or a page that is gone."""
     from ..core.schema import RESULT_KEYS
+    from ..experiment.output import read_manifest
 
     out = page_folder(folder)
     path = out / "data" / f"{name}.js"
@@ -423,7 +424,8 @@ def detail_file(folder: str | Path, name: str, explorer) -> Path:
         p, at = _detail_number(name, cells["pages"]), [cells["columns"].index(k) for k in RESULT_KEYS]
         rows = cells["rows"][p * cells["page_cells"]:(p + 1) * cells["page_cells"]]
         keys = pd.DataFrame([[r[i] for i in at] for r in rows], columns=list(RESULT_KEYS))
-        path.write_text(_script(name, _details(explorer, keys)), "utf-8")
+        prices = (read_manifest(Path(folder)) or {}).get("prices") or {}  # as page_data's: a cell's cost
+        path.write_text(_script(name, _details(explorer, keys, prices)), "utf-8")
         return path
 
 
