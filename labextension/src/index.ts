@@ -200,7 +200,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
         // The candidate's viewer, its "Compare with another run" set to the base and run.
         const widget = (await openRun(candidate)) as IDocumentWidget<ResultsViewer> | undefined;
         widget?.content.compareWith(base);
-      }
+      },
+      (list: IRun[]) => status?.seen(list)  // a run the sidebar sees going wakes the status bar's slower idle poll
     );
     runs.title.icon = ICON;
     shell.add(runs, 'left', { rank: 700 });

@@ -35,7 +35,8 @@ export class RunsPanel extends Widget {
   constructor(
     private open: (run: IRun) => void,
     private onEnded: (run: IRun) => void,
-    private compare: (base: string, candidate: string) => void = () => undefined
+    private compare: (base: string, candidate: string) => void = () => undefined,
+    private polled: (runs: IRun[]) => void = () => undefined  // what each poll found (the status bar listens)
   ) {
     super();
     this.id = 'fabnb-runs';
@@ -117,6 +118,7 @@ export class RunsPanel extends Widget {
     this.status.textContent = runs.length ? '' : __('No runs under this folder yet: open an experiment file and press Run.');
     this.picked = this.picked.filter(p => runs.some(r => r.path === p));  // a run gone from the root is unpicked
     this.list.replaceChildren(...this.steady(runs).map(r => this.item(r)));
+    this.polled(runs);
   }
 
   /** The runs in the order already shown, the new ones (in the server's order) on top. */

@@ -15,21 +15,32 @@ export class RunStatus extends Widget {
     this.repoll();
   }
 
-  /** Poll at the settings' interval (called again when the setting changes). */
+  /** Poll again now, then at the settings' interval while a run goes (called again when the setting changes). */
   repoll(): void {
-    window.clearInterval(this.timer);
+    window.clearTimeout(this.timer);
     void this.refresh();
-    this.timer = window.setInterval(() => void this.refresh(), SETTINGS.pollSeconds * 1000);
+  }
+
+  /** Each poll walks the server's root: at the settings' interval while a run goes, ten times slower when none
+   * does (the item is there for the whole session, unlike the sidebar, which polls only while shown). */
+  /** Another view saw ``runs`` (the sidebar's poll): a run going that this item has not shown yet makes it poll
+   * at once, and at the fast interval from then on. */
+  seen(runs: IRun[]): void {
+    if (!this.node.textContent && runs.some(x => LIVE.includes(x.state))) {
+      this.repoll();
+    }
   }
 
   async refresh(): Promise<void> {
-    let runs: IRun[];
+    let runs: IRun[] = [];
     try {
       runs = await api<IRun[]>('runs');
     } catch {
-      return;  // the next tick asks again
+      // the next tick asks again
     }
     const r = runs.find(x => LIVE.includes(x.state));
+    window.clearTimeout(this.timer);
+    this.timer = window.setTimeout(() => void this.refresh(), SETTINGS.pollSeconds * 1000 * (r ? 1 : 10));
     if (!r) {
       this.node.textContent = '';
       return;
@@ -42,7 +53,7 @@ export class RunStatus extends Widget {
   }
 
   dispose(): void {
-    window.clearInterval(this.timer);
+    window.clearTimeout(this.timer);
     super.dispose();
   }
 }
