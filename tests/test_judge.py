@@ -19,6 +19,7 @@ from fabnb.judge import (
     judge_results,
     mcnemar_paired,
     oracle_precision,
+    oracle_results,
     oracle_rule,
     oracle_verdict,
     ppi_mean,
@@ -34,6 +35,8 @@ from fabnb.judge import (
 from fabnb.models.llm import LLM
 
 from stub_openai import StubServer, completion
+
+CRITERIA = ("faithfulness", "relevance", "completeness", "clarity", "keyword_match")
 
 
 def lp(tok, alts):
@@ -256,7 +259,13 @@ def test_oracle_rule_refusals_and_verdicts():
     assert is_refusal("Insufficient information to answer this question.")
     neg = oracle_verdict(None, "q", "The etch rate is 5 nm/min.", "", "", negative=True)
     assert neg["failed"] and neg["judge_model"] == "rule"
-    assert not oracle_verdict(None, "q", "The documents do not mention it.", "", "", negative=True)["failed"]
+    # the regexes never pass a refusal alone: the oracle's LLM must say it declines and states no answer
+    declines = json.dumps({"declines": "true", "states_an_answer": "false", "reason": "declines"})
+    with StubServer(lambda r, n: (200, completion(declines), {})) as server:
+        ok = oracle_verdict(LLM("o", server.base_url, cache=False), "q", "The documents do not mention it.", "", "",
+                            negative=True)
+        assert "states_an_answer" in server.requests[-1]["messages"][0]["content"]
+    assert not ok["failed"] and ok["judge_model"] == "o"
     verdict = json.dumps({"faithfulness": "true", "relevance": "true", "completeness": "partially",
                           "clarity": "true", "keyword_match": "false", "reason": "ok"})
     with StubServer(lambda r, n: (200, completion(verdict), {})) as server:
@@ -575,3 +584,90 @@ def test_the_judge_prompt_a_plan_counts_is_the_one_deepeval_renders_for_every_ru
             ours = _evaluation_prompt(**fields)
             assert ours == _template().generate_evaluation_results(**fields), (metric, variant)
             assert "Example JSON" not in ours and "What etches silicon?" in ours
+
+
+HEDGED = "The etch rate is unknown at this node, but typically 5 nm/min."
+
+
+def test_a_hedged_invention_fails_a_negative_test_whatever_the_oracle_llm_says():
+    """Issue 51, as seen: ``is_refusal`` read the hedge (``unknown``) as a refusal and the test passed."""
+    from fabnb.judge.oracle import hedged_value
+
+    assert is_refusal(HEDGED)  # the regexes alone would pass it
+    assert hedged_value(HEDGED, "What is the etch rate of the zorblax step?") == "5"
+    lenient = json.dumps({"declines": "true", "states_an_answer": "false", "reason": "declines"})
+    with StubServer(lambda r, n: (200, completion(lenient), {})) as server:
+        v = oracle_verdict(LLM("o", server.base_url, cache=False), "What is the etch rate of the zorblax step?",
+                           HEDGED, "", "", negative=True)
+        assert v["failed"] and "states a value (5)" in v["reason"] and not server.requests  # failed before a call
+        # a hedge without a number goes to the LLM, which catches the invented answer
+        says = json.dumps({"declines": "true", "states_an_answer": "true", "reason": "guesses argon"})
+    with StubServer(lambda r, n: (200, completion(says), {})) as server:
+        v = oracle_verdict(LLM("o", server.base_url, cache=False), "Which gas?",
+                           "This is not mentioned, but it is probably argon.", "", "", negative=True)
+    assert v["failed"] and v["judge_model"] == "o"
+
+
+def _verdict_reply(values):
+    return json.dumps({**dict(zip(CRITERIA, values)), "reason": "scripted"})
+
+
+def test_each_failure_type_and_the_span_comparison_on_a_scripted_oracle():
+    from fabnb.judge.oracle import FAILURE_KINDS, LOCATION_REQUEST
+
+    evidence = "The etch rate is 42 nm per minute at 300 watts."
+    tests = pd.DataFrame({"test_id": ["neg", "miss", "complex", "unsup", "incomplete", "pass"],
+                          "generator": ["negative_rejection", "coverage", "complex_passage", "coverage", "coverage",
+                                        "coverage"],
+                          "kind": ["negative"] + ["positive"] * 5, "question": [f"What is {i}?" for i in range(6)],
+                          "expected_answer": ["x"] * 6, "keywords": [("etch",)] * 6, "source_chunk": "c",
+                          "source_doc": "etch.pdf", "source_location": ["unknown"] + ["etch.pdf p. 2"] * 5,
+                          "evidence": [""] + [evidence] * 5})
+    hit = [{"doc_id": "etch.pdf", "text": "Intro. " + evidence}]
+    miss = [{"doc_id": "other.pdf", "text": "Chamber pressure stays at 20 mtorr."}]
+    answers = {"neg": "It is 7 nm.", "miss": "No idea.", "complex": "Wrong reading.",
+               "unsup": "It is 90 nm.\nSource: etch.pdf p. 3\nSpan: \"The etch rate is 42 nm\"",
+               "incomplete": "About 42.", "pass": f'42 nm/min.\nSource: etch.pdf p. 2\nSpan: "{evidence}"'}
+    results = pd.DataFrame({"system": "s", "model": "m", "context_k": 1.0, "mode": "A", "test_id": list(answers),
+                            "status": "ok", "answer": list(answers.values()), "gold_retrieved": True,
+                            "sources": [hit, miss, hit, hit, hit, hit]})
+    replies = {"What is 2?": ["true", "false", "false", "true", "false"],  # faithful, mean 0.4
+               "What is 3?": ["false", "true", "false", "true", "false"],  # unfaithful
+               "What is 4?": ["true", "partially", "false", "partially", "false"]}  # faithful, mean 0.4
+
+    def oracle(request, n):
+        text = request["messages"][-1]["content"]
+        question = text.split("Question: ", 1)[1].split("\n", 1)[0]
+        return 200, completion(_verdict_reply(replies.get(question, ["false"] * 5 if question == "What is 1?"
+                                                                      else ["true"] * 5))), {}
+
+    with StubServer(oracle) as s:
+        v = oracle_results(results, tests, LLM("o", s.base_url, cache=False)).set_index("test_id")
+    assert v.loc["neg", "failure_kind"] == "unsupported answer"
+    assert v.loc["miss", "failure_kind"] == "inaccurate retrieval" and v.loc["miss", "location_match"] == "false"
+    assert v.loc["complex", "failure_kind"] == "misread complex passage"
+    assert v.loc["unsup", "failure_kind"] == "unsupported answer"
+    assert v.loc["incomplete", "failure_kind"] == "incomplete use of context"
+    assert v.loc["pass", "failure_kind"] == "" and not v.loc["pass", "failed"]
+    assert set(v.failure_kind) - {""} == set(FAILURE_KINDS)
+    # the span comparison: reported page 3 is the right document, not the right page; its span is a part
+    assert (v.loc["unsup", "location_match"], v.loc["unsup", "span_match"]) == ("partially", "partially")
+    assert (v.loc["pass", "location_match"], v.loc["pass", "span_match"]) == ("true", "true")
+    assert v.loc["neg", "location_match"] is None or pd.isna(v.loc["neg", "location_match"])
+    assert "Source:" in LOCATION_REQUEST and "Span:" in LOCATION_REQUEST
+
+
+def test_the_pass_threshold_is_a_setting_and_is_recorded():
+    v = {"faithfulness": "true", "relevance": "true", "completeness": "false", "clarity": "partially",
+         "keyword_match": "false"}
+    assert oracle_rule(v) == (False, 0.5) and oracle_rule(v, threshold=0.6) == (True, 0.5)
+    tests = pd.DataFrame({"test_id": ["t"], "generator": "coverage", "kind": "positive", "question": ["q?"],
+                          "expected_answer": ["a"], "keywords": [("a",)], "source_chunk": "c", "source_doc": "d",
+                          "evidence": ["e"]})
+    results = pd.DataFrame({"system": "s", "model": "m", "context_k": 1.0, "mode": "A", "test_id": ["t"],
+                            "status": "ok", "answer": ["a"], "gold_retrieved": True, "sources": [None]})
+    with StubServer(lambda r, n: (200, completion(_verdict_reply(list(v.values()))), {})) as s:
+        llm = LLM("o", s.base_url, cache=False)
+        low = oracle_results(results, tests, llm)
+        high = oracle_results(results, tests, llm, threshold=0.6)
+    assert (bool(low.failed[0]), bool(high.failed[0]), high.threshold[0]) == (False, True, 0.6)

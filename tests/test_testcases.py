@@ -88,3 +88,61 @@ def test_bad_model_output_is_rejected_with_reason(evidence_chunks):
                                                   '"answer": "x", "keywords": ["x"]}'), {})) as s:
         suite = random_tests(chunks, LLM("stub", s.base_url, cache=False), 2)
     assert len(suite) == 0 and suite.rejected.reason.str.startswith("evidence not in the passage").all()
+
+
+def test_the_coverage_generator_never_picks_a_touched_chunk_while_untouched_ones_remain(evidence_chunks, stub):
+    """Issue 51, as seen: coverage took the first 3n chunks of a document in corpus order, whatever other
+    generators had used, and each document had a tracker of its own."""
+    chunks, vectors = evidence_chunks
+    tracker = CoverageTracker(chunks)
+    complex_ = complex_passage_tests(chunks, stub, 3, tracker=tracker)
+    negative = negative_rejection_tests(chunks, vectors, stub, 2, seed=1, tracker=tracker)
+    touched = set(complex_.tests.source_chunk) | set(negative.tests.source_chunk)
+    assert touched and {c for c, h in tracker.hits.items() if h} == touched  # the other generators marked theirs
+    # the first chunks in corpus order are what the old generator took: touch them so the draw must skip them
+    first = chunks.chunk_id.tolist()[:4]
+    tracker.mark(first)
+    touched |= set(first)
+    picked = []
+    for call in range(6):
+        before = set(tracker.untouched())
+        suite = coverage_tests(chunks, stub, 1, tracker, seed=call)
+        picked += suite.tests.source_chunk.tolist()
+        assert set(suite.tests.source_chunk) <= before  # only chunks untouched when it drew them
+    assert len(picked) >= 4 and not set(picked) & touched and len(picked) == len(set(picked))
+    # once every chunk is touched it draws the least-touched, and still never repeats within a call
+    tracker.mark(tracker.untouched())
+    again = coverage_tests(chunks, stub, 2, tracker)
+    assert len(again) == 2 and again.tests.source_chunk.is_unique
+
+
+def test_retrieval_feedback_changes_what_the_coverage_generator_picks(evidence_chunks, stub):
+    import pandas as pd
+
+    from fabnb.rag.sources import mark_returned
+
+    chunks, _ = evidence_chunks
+    plain = coverage_tests(chunks, stub, 2, CoverageTracker(chunks))
+    fed = CoverageTracker(chunks)
+    # a framework's sources: its own ids, its own chunk boundaries (a source starts inside our chunk)
+    sources = [{"id": f"node-{i}", "doc_id": row.doc_id, "text": " ".join(row.text.split()[3:40])}
+               for i, row in enumerate(chunks.head(3).itertuples())]
+    answers = pd.DataFrame({"system": "llamaindex", "model": "m", "context_k": 4.0, "mode": "A", "test_id": ["t1"],
+                            "sources": [sources]})
+    assert mark_returned(fed, answers, chunks) == chunks.chunk_id.tolist()[:3]
+    after = coverage_tests(chunks, stub, 2, fed)
+    assert plain.tests.source_chunk.tolist() == chunks.chunk_id.tolist()[:2]
+    assert not set(after.tests.source_chunk) & set(chunks.chunk_id.tolist()[:3])
+    assert after.tests.source_chunk.tolist() != plain.tests.source_chunk.tolist()
+
+
+def test_tests_carry_appendix_d_fields(evidence_chunks, stub):
+    chunks, vectors = evidence_chunks
+    suite = random_tests(chunks, stub, 2, seed=3)
+    t = suite.tests
+    assert t.source_location.str.startswith(tuple(chunks.doc_id)).all()
+    # the evidence placed in its document: the span lies inside its chunk
+    span = t.merge(chunks, left_on="source_chunk", right_on="chunk_id")
+    assert ((span.span_start >= span.char_start) & (span.span_end <= span.char_end + 5)).all()
+    negative = negative_rejection_tests(chunks, vectors, stub, 1, seed=1)
+    assert (negative.tests.source_location == "unknown").all()

@@ -30,15 +30,18 @@ from ..core.text import QUOTE_SHARE, quoted_share, word_tokens
 from ..corpus.passages import CoverageTracker, rank_by_complexity
 from ..models.llm import LLM, LLMError, parse_json
 
-__all__ = ['ANSWER_SUPPORT', 'REFUSAL', 'TEST_REJECT_COLUMNS', 'TEST_COLUMNS', 'TestSuite', 'absence_share',
+__all__ = ['ANSWER_SUPPORT', 'DIFFICULTIES', 'REFUSAL', 'TEST_REJECT_COLUMNS', 'TEST_COLUMNS', 'TestSuite', 'absence_share',
            'answer_support', 'complex_passage_tests', 'coverage_tests', 'fair_baseline_tests',
-           'negative_rejection_tests', 'random_tests', 'write_positive_test']
+           'negative_rejection_tests', 'random_tests', 'source_location', 'write_positive_test']
 
 #: The expected answer of a negative-rejection test.
 REFUSAL = "Insufficient information to answer this question"
 
 TEST_COLUMNS = ["test_id", "generator", "kind", "question", "expected_answer", "keywords", "source_chunk",
-                "source_doc", "evidence", "absence_max_share", "model"]
+                "source_doc", "evidence", "absence_max_share", "model", "difficulty", "reasoning", "source_location",
+                "span_start", "span_end"]
+#: The difficulty levels Appendix D's generation prompt asks for.
+DIFFICULTIES = ("easy", "medium", "hard")
 TEST_REJECT_COLUMNS = ["generator", "source_chunk", "reason"]
 
 _POSITIVE_SCHEMA = {
@@ -47,7 +50,9 @@ _POSITIVE_SCHEMA = {
                    "question": {"type": "string", "minLength": 15, "maxLength": 300},
                    "answer": {"type": "string", "minLength": 1, "maxLength": 400},
                    "keywords": {"type": "array", "items": {"type": "string", "maxLength": 40},
-                                "minItems": 1, "maxItems": 4}},
+                                "minItems": 1, "maxItems": 4},
+                   "difficulty": {"type": "string", "enum": list(DIFFICULTIES)},
+                   "reasoning": {"type": "string", "maxLength": 120}},
     "required": ["evidence", "question", "answer", "keywords"],
 }
 _NEGATIVE_SCHEMA = {
@@ -73,7 +78,12 @@ class TestSuite:
         test_id, generator, kind (``positive`` / ``negative``), question,
         expected_answer, keywords (tuple), source_chunk, source_doc, evidence,
         absence_max_share (negative tests: the largest share of the missing
-        detail's words found in any retrieved chunk), model.
+        detail's words found in any retrieved chunk), model, and Appendix D's
+        fields: difficulty (easy / medium / hard, as the tester rated it; empty
+        when it gave none), reasoning (the reasoning required, in its words),
+        source_location (:func:`source_location`; ``unknown`` for a negative
+        test), span_start and span_end (character offsets of the evidence in
+        its document; NaN when it cannot be placed).
     rejected : DataFrame
         generator, source_chunk, reason.
     """
@@ -104,7 +114,8 @@ class _Collector:
     def keep(self, **fields) -> None:
         n = len(self.tests) + 1
         self.tests.append({"test_id": f"{self.generator}-{n:03d}", "generator": self.generator,
-                           "absence_max_share": np.nan, "model": self.llm.model, **fields})
+                           "absence_max_share": np.nan, "model": self.llm.model, "difficulty": "", "reasoning": "",
+                           "source_location": "unknown", "span_start": np.nan, "span_end": np.nan, **fields})
 
     def suite(self) -> TestSuite:
         return TestSuite(pd.DataFrame(self.tests, columns=TEST_COLUMNS),
@@ -141,10 +152,41 @@ def write_positive_test(llm: LLM, chunk: pd.Series, collector: _Collector, max_t
                                             "content words are there)")
         return False
     keywords = tuple(k for k in data.get("keywords") or [] if isinstance(k, str) and k.strip())
+    difficulty = data.get("difficulty") if data.get("difficulty") in DIFFICULTIES else ""
+    reasoning = data.get("reasoning").strip() if isinstance(data.get("reasoning"), str) else ""
+    start, end = _span(data["evidence"], chunk)
     collector.keep(kind="positive", question=data["question"].strip(), expected_answer=data["answer"].strip(),
                    keywords=keywords, source_chunk=chunk["chunk_id"], source_doc=chunk["doc_id"],
-                   evidence=data["evidence"])
+                   evidence=data["evidence"], difficulty=difficulty, reasoning=reasoning,
+                   source_location=source_location(chunk), span_start=start, span_end=end)
     return True
+
+
+def source_location(chunk) -> str:
+    """Where a chunk sits, page level as Appendix D asks: ``doc_id p. N`` for a PDF page, else the characters.
+
+    >>> source_location({"doc_id": "etch.pdf", "page": 3.0, "char_start": 900, "char_end": 1400})
+    'etch.pdf p. 3'
+    >>> source_location({"doc_id": "notes", "page": float("nan"), "char_start": 0, "char_end": 80})
+    'notes chars 0-80'
+    """
+    page = chunk.get("page") if hasattr(chunk, "get") else None
+    if page is not None and not pd.isna(page):
+        return f"{chunk['doc_id']} p. {int(page)}"
+    return f"{chunk['doc_id']} chars {int(chunk['char_start'])}-{int(chunk['char_end'])}"
+
+
+def _span(evidence: str, chunk) -> tuple[float, float]:
+    """The evidence's character offsets in its document (its chunk's offset plus its place in the chunk); NaN
+    when it is not found verbatim (case and spacing aside)."""
+    text = " ".join(str(chunk["text"]).split()).lower()
+    quote = " ".join(evidence.split()).lower().strip(" .")
+    at = text.find(quote) if quote else -1
+    if at < 0:
+        return np.nan, np.nan
+    # offsets in the squeezed text are close to the original's: a chunk's own spacing is rarely more than single
+    start = int(chunk["char_start"]) + at
+    return float(start), float(start + len(quote))
 
 
 def _content_words(text: str) -> set[str]:
@@ -184,7 +226,7 @@ def absence_share(detail: str, question: str, vectors, chunks: pd.DataFrame, k: 
 
 def negative_rejection_tests(chunks: pd.DataFrame, vectors, llm: LLM, n: int, *, max_share: float = 0.5,
                              seed: int = 0, max_tokens: int = 256, attempts: int | None = None,
-                             pool=None) -> TestSuite:
+                             pool=None, tracker: CoverageTracker | None = None) -> TestSuite:
     """Questions about details the corpus does not hold; expected answer :data:`REFUSAL`.
 
     For a random chunk, the LLM writes a question on the chunk's topic asking for a
@@ -198,6 +240,8 @@ def negative_rejection_tests(chunks: pd.DataFrame, vectors, llm: LLM, n: int, *,
     pool : iterable of chunk_id, optional
         Draw passages only from these (e.g. one document's chunks); absence is still
         checked against the whole corpus.
+    tracker : CoverageTracker, optional
+        The corpus's tracker: each kept test's passage is marked in it.
     """
     c = _Collector("negative_rejection", llm)
     rng = np.random.default_rng(seed)
@@ -226,11 +270,15 @@ def negative_rejection_tests(chunks: pd.DataFrame, vectors, llm: LLM, n: int, *,
         c.keep(kind="negative", question=data["question"].strip(), expected_answer=REFUSAL,
                keywords=(), source_chunk=chunk["chunk_id"], source_doc=chunk["doc_id"], evidence="")
         c.tests[-1]["absence_max_share"] = share
+        if tracker is not None:
+            tracker.mark([chunk["chunk_id"]])
     return c.suite()
 
 
 def _positive_from(rows, chunks: pd.DataFrame, llm: LLM, n: int, generator: str, seed: int,
                    tracker: CoverageTracker | None = None) -> TestSuite:
+    """Tests from the chunks ``rows`` names, in order, until ``n`` are kept; each kept test's chunk is marked in
+    ``tracker`` (the one tracker every generator of a corpus shares)."""
     c = _Collector(generator, llm)
     by_id = chunks.set_index("chunk_id", drop=False)
     for i, chunk_id in enumerate(rows):
@@ -241,22 +289,51 @@ def _positive_from(rows, chunks: pd.DataFrame, llm: LLM, n: int, generator: str,
     return c.suite()
 
 
-def complex_passage_tests(chunks: pd.DataFrame, llm: LLM, n: int, *, seed: int = 0, min_words: int = 20) -> TestSuite:
-    """Tests from the least readable chunks first (RAG-TESTER's LOW_FLESCH)."""
+def _untouched_first(tracker: CoverageTracker, pool: set, tried: set) -> str | None:
+    """The next chunk of ``pool`` to try: untouched before touched, least touched first, never one tried."""
+    return next((ch for ch in tracker.next(len(tracker.order)) if ch in pool and ch not in tried), None)
+
+
+def complex_passage_tests(chunks: pd.DataFrame, llm: LLM, n: int, *, seed: int = 0, min_words: int = 20,
+                          tracker: CoverageTracker | None = None) -> TestSuite:
+    """Tests from the least readable chunks first (RAG-TESTER's LOW_FLESCH); each kept test's chunk is marked in
+    ``tracker`` when one is given."""
     ranked = rank_by_complexity(chunks, min_words=min_words)
-    return _positive_from(ranked["chunk_id"].tolist()[: 3 * n], chunks, llm, n, "complex_passage", seed)
+    return _positive_from(ranked["chunk_id"].tolist()[: 3 * n], chunks, llm, n, "complex_passage", seed, tracker)
 
 
-def coverage_tests(chunks: pd.DataFrame, llm: LLM, n: int, tracker: CoverageTracker, *, seed: int = 0) -> TestSuite:
-    """Tests from chunks no earlier test touched, first; marks what it uses in ``tracker``."""
-    return _positive_from(tracker.next(3 * n), chunks, llm, n, "coverage", seed, tracker)
+def coverage_tests(chunks: pd.DataFrame, llm: LLM, n: int, tracker: CoverageTracker, *, seed: int = 0,
+                   attempts: int | None = None) -> TestSuite:
+    """Tests from chunks no earlier test touched while any remain; marks each kept test's chunk in ``tracker``.
+
+    ``chunks`` is the pool to draw from (one document's chunks, or the corpus); ``tracker`` is the
+    corpus's one tracker, shared with the other generators and with retrieval feedback
+    (:func:`fabnb.rag.sources.mark_returned`): a chunk an earlier test used, or that the system's
+    retrieval returned, is drawn only once no untouched chunk of the pool is left. Each attempt
+    asks the tracker afresh, so a chunk marked mid-way is skipped too. At most ``attempts``
+    (default ``3 * n``) chunks are tried.
+    """
+    c = _Collector("coverage", llm)
+    by_id = chunks.set_index("chunk_id", drop=False)
+    pool, tried = set(chunks["chunk_id"]), set()
+    for i in range(attempts or 3 * n):
+        if len(c.tests) >= n:
+            break
+        chunk_id = _untouched_first(tracker, pool, tried)
+        if chunk_id is None:
+            break
+        tried.add(chunk_id)
+        if write_positive_test(llm, by_id.loc[chunk_id], c, seed=seed + i):
+            tracker.mark([chunk_id])
+    return c.suite()
 
 
-def random_tests(chunks: pd.DataFrame, llm: LLM, n: int, *, seed: int = 0) -> TestSuite:
-    """The strategy-free baseline: positive tests from chunks drawn at random."""
+def random_tests(chunks: pd.DataFrame, llm: LLM, n: int, *, seed: int = 0,
+                 tracker: CoverageTracker | None = None) -> TestSuite:
+    """The strategy-free baseline: positive tests from chunks drawn at random (marked in ``tracker`` if given)."""
     rng = np.random.default_rng(seed)
     rows = chunks["chunk_id"].to_numpy()[rng.permutation(len(chunks))[: 3 * n]]
-    return _positive_from(list(rows), chunks, llm, n, "random", seed)
+    return _positive_from(list(rows), chunks, llm, n, "random", seed, tracker)
 
 
 def fair_baseline_tests(chunks: pd.DataFrame, vectors, llm: LLM, n: int, negative_share: float, *,

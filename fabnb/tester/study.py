@@ -67,7 +67,8 @@ from ..qa.testcases import (
 from ..rag import RAGConfig, RAGError, ReferenceRAG, ResultsStore, make_retriever, run_grid
 
 __all__ = ['EMBEDDINGS', 'EXCLUSION_COLUMNS', 'GENERATORS', 'TEST_STRATEGIES', 'Study', 'StudyError', 'TABLES',
-           'baseline_comparison', 'build_configurations', 'combine_corpora', 'configuration_pairs', 'generate_tests',
+           'baseline_comparison', 'build_configurations', 'combine_corpora', 'configuration_pairs', 'coverage_round',
+           'coverage_table', 'generate_tests',
            'generator_llms', 'item_ids', 'label_precision', 'run_study', 'strongest_configuration', 'study_tables',
            'verdict_items', 'yield_table']
 
@@ -130,13 +131,20 @@ def combine_corpora(parts: dict, n: int | None = None, seed: int = 0):
 # ------------------------------------------------------------------ tests
 
 
-def generate_tests(chunks: pd.DataFrame, llm, n_per_generator: int = 1, *, vectors=None, seed: int = 0):
-    """Every generator's tests, document by document.
+def generate_tests(chunks: pd.DataFrame, llm, n_per_generator: int = 1, *, n_complex: int | None = None,
+                   n_negative: int | None = None, n_coverage: int | None = None, vectors=None, seed: int = 0,
+                   tracker: CoverageTracker | None = None):
+    """Every generator's tests, document by document, with one coverage tracker over the corpus.
 
-    Each document gets ``n_per_generator`` tests from each generator, drawn from its own
-    chunks (negative-rejection tests are checked absent from the whole corpus). The fair
-    baseline is as large as the random one and, over the corpus, carries the strategies'
-    share of negative-rejection tests (spread over documents by largest remainder).
+    Each document gets ``n_complex`` complex-passage, ``n_negative`` negative-rejection and
+    ``n_coverage`` coverage tests (RAG-TESTER's N_complex and N_test; each defaults to
+    ``n_per_generator``), drawn from its own chunks (negative-rejection tests are checked
+    absent from the whole corpus), and ``n_per_generator`` random-baseline tests. Every kept
+    strategy test marks its passage in one tracker, so the coverage generator draws from
+    chunks no complex-passage, negative or earlier coverage test touched while any remain
+    (the baselines mark nothing: they must not steer the strategy). The fair baseline is as
+    large as the random one and, over the corpus, carries the strategies' share of
+    negative-rejection tests (spread over documents by largest remainder).
 
     Parameters
     ----------
@@ -144,6 +152,9 @@ def generate_tests(chunks: pd.DataFrame, llm, n_per_generator: int = 1, *, vecto
         chunk_id, doc_id, text, char_start, char_end (:func:`fabnb.corpus.collection.chunk_corpus`).
     llm : fabnb.models.llm.LLM
         The model that writes the tests.
+    tracker : CoverageTracker, optional
+        The corpus's tracker, to carry marks in (e.g. what retrieval returned in an earlier
+        round, :func:`fabnb.rag.sources.mark_returned`); a new one by default.
 
     Returns
     -------
@@ -153,16 +164,19 @@ def generate_tests(chunks: pd.DataFrame, llm, n_per_generator: int = 1, *, vecto
     """
 
     vectors = vectors if vectors is not None else vectorize(chunks)
+    tracker = tracker if tracker is not None else CoverageTracker(chunks)
     by_doc = dict(tuple(chunks.groupby("doc_id", sort=False)))
     docs = list(by_doc)
     n = n_per_generator
+    nc, nn, nv = (n if x is None else x for x in (n_complex, n_negative, n_coverage))
     parts = []
     for d, doc in enumerate(docs):
         own = by_doc[doc]
         s = seed + 100 * d
-        for suite in (complex_passage_tests(own, llm, n, seed=s),
-                      negative_rejection_tests(chunks, vectors, llm, n, seed=s, pool=own["chunk_id"]),
-                      coverage_tests(own, llm, n, CoverageTracker(own), seed=s),
+        for suite in (complex_passage_tests(own, llm, nc, seed=s, tracker=tracker),
+                      negative_rejection_tests(chunks, vectors, llm, nn, seed=s, pool=own["chunk_id"],
+                                               tracker=tracker),
+                      coverage_tests(own, llm, nv, tracker, seed=s),
                       random_tests(own, llm, n, seed=s)):
             suite.rejected["source_doc"] = doc
             parts.append(suite)
@@ -177,6 +191,73 @@ def generate_tests(chunks: pd.DataFrame, llm, n_per_generator: int = 1, *, vecto
     tests = suite.tests
     tests["test_id"] = [f"{g}-{i + 1:03d}" for g, i in zip(tests["generator"], tests.groupby("generator").cumcount())]
     return suite
+
+
+def coverage_round(chunks: pd.DataFrame, llm, n: int, tracker: CoverageTracker, round_: int, *, seed: int = 0):
+    """One more round of coverage tests, ``n`` per document, after the tracker has been fed what retrieval returned.
+
+    RAG-TESTER's coverage criterion, driven by the system: generate, run, mark the chunks the
+    system's retrieval returned (:func:`fabnb.rag.sources.mark_returned`), repeat. A fixed number
+    of rounds keeps the plan priceable.
+
+    Returns
+    -------
+    fabnb.qa.testcases.TestSuite
+        Coverage tests with ids ``coverage-r<round>-NNN``.
+    """
+    parts = []
+    for d, (doc, own) in enumerate(chunks.groupby("doc_id", sort=False)):
+        suite = coverage_tests(own, llm, n, tracker, seed=seed + 100 * d + 7919 * round_)
+        suite.rejected["source_doc"] = doc
+        parts.append(suite)
+    suite = TestSuite.concat(parts)
+    suite.tests["test_id"] = [f"coverage-r{round_}-{i + 1:03d}" for i in range(len(suite.tests))]
+    return suite
+
+
+def coverage_table(tests: pd.DataFrame, chunks: pd.DataFrame, returned: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Coverage adequacy: how much of the corpus the tests' passages and the systems' retrieval touched.
+
+    Parameters
+    ----------
+    tests : DataFrame
+        ``TestSuite.tests`` (source_chunk, source_doc, generator).
+    chunks : DataFrame
+        The corpus's chunks.
+    returned : DataFrame, optional
+        :func:`fabnb.rag.sources.returned_sources` of the answers (system, chunk_id, doc_id).
+
+    Returns
+    -------
+    DataFrame
+        One row per what: ``generation`` (all tests' passages), one per generator, and
+        ``retrieval: <system>`` per system and ``retrieval: any``; with chunks, chunks_touched,
+        chunk_coverage, documents, documents_touched, document_coverage.
+
+    Examples
+    --------
+    >>> chunks = pd.DataFrame({"chunk_id": ["a::0", "a::1", "b::0", "b::1"], "doc_id": ["a", "a", "b", "b"]})
+    >>> tests = pd.DataFrame({"generator": ["coverage", "random"], "source_chunk": ["a::0", "a::0"],
+    ...                       "source_doc": ["a", "a"]})
+    >>> coverage_table(tests, chunks).set_index("what").loc["generation", ["chunk_coverage", "document_coverage"]].tolist()
+    [0.25, 0.5]
+    """
+    n_chunks, n_docs = chunks["chunk_id"].nunique(), chunks["doc_id"].nunique()
+    doc_of = chunks.set_index("chunk_id")["doc_id"]
+
+    def row(what: str, ids) -> dict:
+        ids = {i for i in ids if i in doc_of.index}
+        docs = set(doc_of.loc[list(ids)]) if ids else set()
+        return {"what": what, "chunks": n_chunks, "chunks_touched": len(ids),
+                "chunk_coverage": len(ids) / n_chunks if n_chunks else np.nan, "documents": n_docs,
+                "documents_touched": len(docs), "document_coverage": len(docs) / n_docs if n_docs else np.nan}
+
+    rows = [row("generation", tests["source_chunk"])]
+    rows += [row(f"generation: {g}", t["source_chunk"]) for g, t in tests.groupby("generator", sort=False)]
+    if returned is not None and len(returned):
+        rows += [row(f"retrieval: {sys}", r["chunk_id"]) for sys, r in returned.groupby("system", sort=True)]
+        rows.append(row("retrieval: any", returned["chunk_id"]))
+    return pd.DataFrame(rows)
 
 
 def _spread(total: int, bins: int, cap: int) -> list[int]:
