@@ -2,8 +2,9 @@
 
 The file reads top to bottom as the tables do: the top level (name, output, seed, concurrency, budget_usd),
 ``[questions]`` (:class:`QuestionsSpec`), ``[corpus]`` (:class:`CorpusSpec`), ``[[systems]]`` (:class:`SystemSpec`),
-``[contexts]`` (:class:`ContextsSpec`), ``[judge]`` (:class:`JudgeSpec`), ``[prices]`` and ``[report]``
-(:class:`ReportSpec`). Each spec's ``from_table`` raises :class:`ExperimentError` naming the file, line and key.
+``[contexts]`` (:class:`ContextsSpec`), ``[judge]`` (:class:`JudgeSpec`), ``[tests]`` (:class:`TestsSpec`,
+RAG-TESTER), ``[prices]`` and ``[report]`` (:class:`ReportSpec`). Each spec's ``from_table`` raises
+:class:`ExperimentError` naming the file, line and key.
 
 Examples
 --------
@@ -38,7 +39,8 @@ from .prices import price_of
 from .systems import Endpoint, SystemSpec, systems_from_tables
 
 __all__ = ["MAX_WINDOWS", "RANGES", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment", "ExperimentError",
-           "JudgeSpec", "QuestionsSpec", "ReportSpec", "SystemSpec", "prices_from_table", "systems_from_tables"]
+           "JudgeSpec", "QuestionsSpec", "ReportSpec", "SystemSpec", "TestsSpec", "prices_from_table",
+           "systems_from_tables"]
 
 
 @dataclass(frozen=True)
@@ -233,6 +235,61 @@ class JudgeSpec:
 
 
 @dataclass(frozen=True)
+class TestsSpec:
+    """``[tests]``: RAG-TESTER on the file's systems. Tests are written from the corpus by the tester model (its
+    own endpoint keys; the embedded model by default), asked of every ``[[systems]]`` entry at every window and
+    mode, and judged by the oracle on the ``[judge]`` endpoint.
+
+    Per document: ``n_complex`` complex-passage tests (RAG-TESTER's N_complex), ``n_negative`` negative-rejection
+    and ``n_coverage`` coverage tests (with N_complex, N_test), and ``n_baseline`` tests of each baseline (random,
+    fair). ``documents`` draws that many documents of the corpus (seeded); ``rounds`` adds coverage rounds fed by
+    the chunks the systems' retrieval returned; ``threshold`` is the oracle's pass mark; ``ask_location`` adds
+    Appendix E's request for the source location and span to every question; ``evidence`` is what the oracle
+    judges faithfulness against (``expected`` or ``retrieved``).
+    """
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    endpoint: Endpoint = Endpoint("embedded")
+    n_complex: int = 1
+    n_negative: int = 1
+    n_coverage: int = 1
+    n_baseline: int = 1
+    documents: int | None = None
+    rounds: int = 0
+    threshold: float = 0.5
+    ask_location: bool = True
+    evidence: str = "expected"
+
+    @classmethod
+    def from_table(cls, t: dict, where: str, text: str | None = None) -> "TestsSpec":
+        check_table(t, "tests", where, text)
+        endpoint = Endpoint.from_table({"model": "embedded", **t} if "model" not in t else t, where, "[tests]")
+        documents = t.get("documents", "all")
+        if isinstance(documents, str) and documents != "all":
+            raise ExperimentError(f"{where}: [tests] documents = {documents!r}{line_of(text, 'documents')} must be "
+                                  "\"all\" or a number of documents to draw.")
+        evidence = t.get("evidence", "expected")
+        if evidence not in ("expected", "retrieved"):
+            raise ExperimentError(f"{where}: [tests] evidence = {evidence!r}{line_of(text, 'evidence')} must be "
+                                  "\"expected\" (the test's own passage) or \"retrieved\" (what the system read).")
+        counts = [int(t.get(k, 1)) for k in ("n_complex", "n_negative", "n_coverage")]
+        if not sum(counts):
+            raise ExperimentError(f"{where}: [tests] n_complex, n_negative and n_coverage are all 0: no strategy "
+                                  "would write a test. Set at least one of them above 0.")
+        return cls(endpoint, *counts, int(t.get("n_baseline", 1)), None if documents == "all" else int(documents),
+                   int(t.get("rounds", 0)), float(t.get("threshold", 0.5)), bool(t.get("ask_location", True)),
+                   evidence)
+
+    def signature(self) -> dict:
+        """What makes a test and a verdict what they are: a change here is refused on resume."""
+        return {"tester": self.endpoint.identity(), "n_complex": self.n_complex, "n_negative": self.n_negative,
+                "n_coverage": self.n_coverage, "n_baseline": self.n_baseline, "documents": self.documents,
+                "rounds": self.rounds, "threshold": self.threshold, "ask_location": self.ask_location,
+                "evidence": self.evidence}
+
+
+@dataclass(frozen=True)
 class ReportSpec:
     """``[report]``: what the report adds to the run's own scores."""
 
@@ -315,6 +372,7 @@ class Experiment:
     corpus: CorpusSpec = CorpusSpec()
     judging: JudgeSpec = JudgeSpec()
     report: ReportSpec = ReportSpec()
+    tests: TestsSpec | None = None  # RAG-TESTER's run instead of the FAB-Bench questions
     prices: dict = field(default_factory=dict)
     budget_usd: float | None = None
     confirm_usd: float | None = None  # None: fabnb.experiment.planning.CONFIRM_USD
@@ -377,8 +435,12 @@ class Experiment:
         """The same keys as the TOML file, as a dict (``base``: the folder relative paths start from)."""
         where = source
         check_table(data, "", where, text)
-        for section in ("questions", "corpus", "contexts", "judge", "report"):  # key errors first, as the file reads
+        for section in ("questions", "corpus", "contexts", "judge", "tests", "report"):  # key errors first
             check_table(data.get(section, {}), section, where, text)
+        if "tests" in data and "questions" in data:
+            raise ExperimentError(f"{where}: [tests]{line_of(text, '[tests]')} and [questions] in one file: a [tests] "
+                                  "run asks the tests it writes from [corpus], not questions. Remove [questions], "
+                                  "or run the tests from a file of their own.")
         base = Path(base) if base is not None else Path.cwd()
         exp = cls(name=_name(data, where), output=_output(data, where, base, output, text),
                   systems=systems_from_tables(data.get("systems", []), where, text),
@@ -387,6 +449,7 @@ class Experiment:
                   corpus=CorpusSpec.from_table(data.get("corpus", {}), where, text, base),
                   judging=JudgeSpec.from_table(data.get("judge", {"model": "embedded"}), where, text),
                   report=ReportSpec.from_table(data.get("report", {}), where, text),
+                  tests=TestsSpec.from_table(data["tests"], where, text) if "tests" in data else None,
                   prices=prices_from_table(data.get("prices", {}), where, text),
                   budget_usd=None if data.get("budget_usd") is None else float(data["budget_usd"]),
                   confirm_usd=None if data.get("confirm_usd") is None else float(data["confirm_usd"]),
@@ -410,12 +473,15 @@ class Experiment:
     def models(self) -> list[str]:
         """The priced models: each reference or framework system's and the judge's."""
         ms = [s.endpoint.model for s in self.systems if s.uses_endpoint] + [self.judge.model]
+        if self.tests is not None:
+            ms.append(self.tests.endpoint.model)
         return list(dict.fromkeys(ms))
 
     def missing_env(self) -> list[tuple[str, str]]:
         """(who, variable) for every environment variable the file names that is not set here."""
         return [(s.name, v) for s in self.systems for v in s.endpoint.missing_env()] + \
-            [("judge", v) for v in self.judge.missing_env()]
+            [("judge", v) for v in self.judge.missing_env()] + \
+            [("tester", v) for v in (self.tests.endpoint.missing_env() if self.tests is not None else [])]
 
     def check_environment(self) -> None:
         """Raise :class:`ExperimentError` naming every environment variable the file names that is not set."""
@@ -493,7 +559,10 @@ class Experiment:
     def signatures(self) -> dict:
         systems = {s.name: s.signature(self.corpus.signature(), self.output_k) for s in self.systems}
         knobs = {"n_snippets": self.n_snippets, "threshold": self.threshold, "temperature": self.temperature}
-        return {"systems": systems, "retrieval": knobs, "judge": self.judging.signature()}
+        sig = {"systems": systems, "retrieval": knobs, "judge": self.judging.signature()}
+        if self.tests is not None:  # only then: FAB-Bench runs' folders keep their signature
+            sig["tests"] = {**self.tests.signature(), "corpus": self.corpus.signature(), "seed": self.seed}
+        return sig
 
 
 def gold_documents(questions: pd.DataFrame) -> set:

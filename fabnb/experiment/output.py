@@ -141,6 +141,7 @@ def check_output(exp: Experiment, moved=()) -> dict | None:
                 movable.append(name)
             diffs.append(f"{prefix}.{d}")
     diffs += [f"contexts.{d}" for d in _differences(old.get("retrieval", {}), new["retrieval"])]
+    diffs += [f"tests.{d}" for d in _differences(old.get("tests", {}), new.get("tests", {}))]
     if diffs:
         hint = (" If only the server's address changed (the same server on a new port), say so: fabnb run "
                 + " ".join(f"--endpoint-moved {n}" for n in movable) + " (recorded in the manifest)."

@@ -218,7 +218,8 @@ def _stage_rows(manifest: dict, progress: dict | None, in_flight: bool) -> list[
         else:
             s["state"] = "planned"
         s["cost_usd"] = round(s["cost_usd"], 6)
-    return [stages[k] for k in sorted(stages, key=lambda k: (k != "answers", k))]
+    order = {"tests": 0, "answers": 1, "judge": 2, "oracle": 2}  # a [tests] run writes its tests first
+    return [stages[k] for k in sorted(stages, key=lambda k: (order.get(k, 3), k))]
 
 
 def run_status(folder: str | Path, root: str | Path | None = None) -> dict:

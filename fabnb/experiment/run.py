@@ -150,9 +150,11 @@ def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe
 
     Stages: answers (:func:`fabnb.rag.run_grid`), judge scores
     (:func:`fabnb.judge.judge_results`), reference checks for objective questions, then
-    the report. Every answer and score is on disk when it arrives; a rerun after a kill
-    skips them, asks again the cells that failed, and refuses a changed setting
-    (:func:`fabnb.experiment.check_output`). ``budget_usd`` stops a stage before a call could pass it.
+    the report. With ``[tests]`` the stages are RAG-TESTER's instead: tests, answers, oracle
+    verdicts and the study's tables (:mod:`fabnb.experiment.testing`). Every answer and
+    score is on disk when it arrives; a rerun after a kill skips them, asks again the cells
+    that failed, and refuses a changed setting (:func:`fabnb.experiment.check_output`).
+    ``budget_usd`` stops a stage before a call could pass it.
 
     Parameters
     ----------
@@ -231,6 +233,10 @@ class _Options:
 def _run(exp: Experiment, opts: _Options) -> ExperimentRun:
     """Check the folder, read and build once, plan; then, unless a dry run, check and start the stages."""
     old = check_output(exp, opts.moved)
+    if exp.tests is not None:  # RAG-TESTER: tests written from the corpus, not FAB-Bench questions
+        from .testing import run_tests
+
+        return run_tests(exp, opts, old)
     inputs = _inputs(exp, build=opts.probe or not opts.dry_run)
     if not opts.dry_run:
         _prepare(exp, inputs.built)

@@ -40,22 +40,25 @@ from ..core.stats import bootstrap_group_diff, bootstrap_rate_diff, mcnemar_pair
 from .geval import (JudgeRun, geval_metric, judge_expert_agreement, judge_model, judge_results, logprobs_supported,
                     reason_score_schema, replicate_spread, score_answer, score_one, score_store, to_score_frame,
                     weighted_score)
-from .oracle import (ORACLE_CRITERIA, ORACLE_SCHEMA, PAIR_COLUMNS, REFUSAL_PATTERNS, VERDICT_COLUMNS, VERDICT_KEYS,
-                     VERDICT_VALUES, compare_configurations, failure_table, is_refusal, oracle_precision, oracle_prompt,
-                     oracle_results, oracle_rule, oracle_verdict, passage_retrieved, read_verdicts, tests_as_questions,
-                     verdict_store)
+from .oracle import (FAILURE_KINDS, LOCATION_REQUEST, ORACLE_CRITERIA, ORACLE_SCHEMA, PAIR_COLUMNS, PASS_THRESHOLD,
+                     REFUSAL_PATTERNS, VERDICT_COLUMNS, VERDICT_KEYS, VERDICT_VALUES, compare_configurations,
+                     failure_kind, failure_table, hedged_value, is_refusal, location_check, oracle_precision,
+                     oracle_prompt, oracle_results, oracle_rule, oracle_verdict, passage_retrieved, read_verdicts,
+                     reported_location, tests_as_questions, verdict_store)
 from .reference import answer_key, reference_check, reference_scores
 from .rubrics import (BANDS, INJECTION_PATTERNS, PLACEHOLDER_REASONS, RUBRIC_VERSION, RUBRICS, JUDGE_SCALE, STEPS,
                       JudgeError, injection_flags, read_judgement, rubric_frame, rubric_variant)
 from .sanity import FLAGS, judge_flags
 # isort: on
 
-__all__ = ['BANDS', 'FLAGS', 'INJECTION_PATTERNS', 'JudgeError', 'JudgeRun', 'ORACLE_CRITERIA', 'ORACLE_SCHEMA',
-           'PAIR_COLUMNS', 'PLACEHOLDER_REASONS', 'REFUSAL_PATTERNS', 'RUBRICS', 'RUBRIC_VERSION', 'JUDGE_SCALE',
-           'STEPS', 'VERDICT_COLUMNS', 'VERDICT_KEYS', 'VERDICT_VALUES', 'answer_key', 'bootstrap_group_diff',
-           'bootstrap_rate_diff', 'compare_configurations', 'failure_table', 'geval_metric', 'injection_flags',
-           'is_refusal', 'judge_expert_agreement', 'judge_flags', 'judge_model', 'judge_results', 'logprobs_supported',
-           'mcnemar_paired', 'oracle_precision', 'oracle_prompt', 'oracle_results', 'oracle_rule', 'oracle_verdict',
-           'passage_retrieved', 'ppi_mean', 'read_judgement', 'read_verdicts', 'reason_score_schema', 'reference_check',
-           'reference_scores', 'replicate_spread', 'rubric_frame', 'rubric_variant', 'score_answer', 'score_one',
-           'score_store', 'tests_as_questions', 'to_score_frame', 'verdict_store', 'weighted_score']
+__all__ = ['BANDS', 'FAILURE_KINDS', 'FLAGS', 'INJECTION_PATTERNS', 'JUDGE_SCALE', 'JudgeError', 'JudgeRun',
+           'LOCATION_REQUEST', 'ORACLE_CRITERIA', 'ORACLE_SCHEMA', 'PAIR_COLUMNS', 'PASS_THRESHOLD',
+           'PLACEHOLDER_REASONS', 'REFUSAL_PATTERNS', 'RUBRICS', 'RUBRIC_VERSION', 'STEPS', 'VERDICT_COLUMNS',
+           'VERDICT_KEYS', 'VERDICT_VALUES', 'answer_key', 'bootstrap_group_diff', 'bootstrap_rate_diff',
+           'compare_configurations', 'failure_kind', 'failure_table', 'geval_metric', 'hedged_value',
+           'injection_flags', 'is_refusal', 'judge_expert_agreement', 'judge_flags', 'judge_model', 'judge_results',
+           'location_check', 'logprobs_supported', 'mcnemar_paired', 'oracle_precision', 'oracle_prompt',
+           'oracle_results', 'oracle_rule', 'oracle_verdict', 'passage_retrieved', 'ppi_mean', 'read_judgement',
+           'read_verdicts', 'reason_score_schema', 'reference_check', 'reference_scores', 'replicate_spread',
+           'reported_location', 'rubric_frame', 'rubric_variant', 'score_answer', 'score_one', 'score_store',
+           'tests_as_questions', 'to_score_frame', 'verdict_store', 'weighted_score']

@@ -365,7 +365,8 @@ def passage_retrieved(evidence: str, sources) -> bool | None:
 
 
 def oracle_results(results: pd.DataFrame, tests: pd.DataFrame, llm, *, evidence: str = "expected",
-                   store: ResultsStore | None = None, threshold: float = PASS_THRESHOLD) -> pd.DataFrame:
+                   store: ResultsStore | None = None, threshold: float = PASS_THRESHOLD,
+                   progress=None) -> pd.DataFrame:
     """RAG-TESTER's oracle over every answer of a results frame.
 
     Each verdict records whether retrieval brought back the test's ground-truth passage
@@ -391,6 +392,8 @@ def oracle_results(results: pd.DataFrame, tests: pd.DataFrame, llm, *, evidence:
         appended as they come (a killed run resumes). Use one store per ``evidence`` choice.
     threshold : float
         The pass threshold of :func:`oracle_rule` (RAG-TESTER's 0.5); recorded in each verdict.
+    progress : object with ``update(n)``, optional
+        Told of each verdict made (a run's progress bar).
 
     Returns
     -------
@@ -435,6 +438,8 @@ def oracle_results(results: pd.DataFrame, tests: pd.DataFrame, llm, *, evidence:
         rows.append(row)
         if store is not None:
             store.append(row)
+        if progress is not None:
+            progress.update(1)
     if store is not None:
         wanted = {store.key(r) for r in results[results["status"] == "ok"].to_dict("records")}
         frame = store.frame()

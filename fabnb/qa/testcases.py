@@ -30,8 +30,8 @@ from ..core.text import QUOTE_SHARE, quoted_share, word_tokens
 from ..corpus.passages import CoverageTracker, rank_by_complexity
 from ..models.llm import LLM, LLMError, parse_json
 
-__all__ = ['ANSWER_SUPPORT', 'DIFFICULTIES', 'REFUSAL', 'TEST_REJECT_COLUMNS', 'TEST_COLUMNS', 'TestSuite', 'absence_share',
-           'answer_support', 'complex_passage_tests', 'coverage_tests', 'fair_baseline_tests',
+__all__ = ['ANSWER_SUPPORT', 'DIFFICULTIES', 'REFUSAL', 'TEST_REJECT_COLUMNS', 'TEST_COLUMNS', 'TestSuite',
+           'absence_share', 'answer_support', 'complex_passage_tests', 'coverage_tests', 'fair_baseline_tests',
            'negative_rejection_tests', 'random_tests', 'source_location', 'write_positive_test']
 
 #: The expected answer of a negative-rejection test.

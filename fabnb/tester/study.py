@@ -66,11 +66,10 @@ from ..qa.testcases import (
 )
 from ..rag import RAGConfig, RAGError, ReferenceRAG, ResultsStore, make_retriever, run_grid
 
-__all__ = ['EMBEDDINGS', 'EXCLUSION_COLUMNS', 'GENERATORS', 'TEST_STRATEGIES', 'Study', 'StudyError', 'TABLES',
-           'baseline_comparison', 'build_configurations', 'combine_corpora', 'configuration_pairs', 'coverage_round',
-           'coverage_table', 'generate_tests',
-           'generator_llms', 'item_ids', 'label_precision', 'run_study', 'strongest_configuration', 'study_tables',
-           'verdict_items', 'yield_table']
+__all__ = ['EMBEDDINGS', 'EXCLUSION_COLUMNS', 'GENERATORS', 'Study', 'StudyError', 'TABLES', 'TEST_STRATEGIES',
+           'baseline_comparison', 'build_configurations', 'combine_corpora', 'configuration_pairs', 'document_tests',
+           'fair_baselines', 'generate_tests', 'generator_llms', 'item_ids', 'label_precision', 'number_tests',
+           'run_study', 'strongest_configuration', 'study_tables', 'verdict_items', 'yield_table']
 
 #: RAG-TESTER's test generators, as the ``generator`` column names them.
 GENERATORS = ("complex_passage", "negative_rejection", "coverage", "random", "fair_baseline")
@@ -165,99 +164,69 @@ def generate_tests(chunks: pd.DataFrame, llm, n_per_generator: int = 1, *, n_com
 
     vectors = vectors if vectors is not None else vectorize(chunks)
     tracker = tracker if tracker is not None else CoverageTracker(chunks)
-    by_doc = dict(tuple(chunks.groupby("doc_id", sort=False)))
-    docs = list(by_doc)
-    n = n_per_generator
-    nc, nn, nv = (n if x is None else x for x in (n_complex, n_negative, n_coverage))
-    parts = []
-    for d, doc in enumerate(docs):
-        own = by_doc[doc]
-        s = seed + 100 * d
-        for suite in (complex_passage_tests(own, llm, nc, seed=s, tracker=tracker),
-                      negative_rejection_tests(chunks, vectors, llm, nn, seed=s, pool=own["chunk_id"],
-                                               tracker=tracker),
-                      coverage_tests(own, llm, nv, tracker, seed=s),
-                      random_tests(own, llm, n, seed=s)):
-            suite.rejected["source_doc"] = doc
-            parts.append(suite)
-    strategies = pd.concat([p.tests for p in parts], ignore_index=True)
-    strategies = strategies[strategies["generator"].isin(TEST_STRATEGIES)]
-    share = float((strategies["kind"] == "negative").mean()) if len(strategies) else 0.0
-    for d, (doc, k) in enumerate(zip(docs, _spread(round(share * n * len(docs)), len(docs), n))):
-        fair = fair_baseline_tests(chunks, vectors, llm, n, k / n, seed=seed + 100 * d, pool=by_doc[doc]["chunk_id"])
-        fair.rejected["source_doc"] = doc
-        parts.append(fair)
-    suite = TestSuite.concat(parts)
-    tests = suite.tests
+    docs = list(dict.fromkeys(chunks["doc_id"]))
+    counts = {"complex_passage": n_complex, "negative_rejection": n_negative, "coverage": n_coverage,
+              "random": n_per_generator}
+    counts = {g: n_per_generator if k is None else k for g, k in counts.items()}
+    parts = [document_tests(chunks, doc, d, llm, counts, tracker, vectors=vectors, seed=seed)
+             for d, doc in enumerate(docs)]
+    parts += fair_baselines(chunks, parts, llm, n_per_generator, vectors=vectors, seed=seed)
+    return number_tests(TestSuite.concat(parts))
+
+
+def number_tests(suite):
+    """Ids ``<generator>-NNN`` over the corpus, in the order of the suite's rows (a copy)."""
+    tests = suite.tests.copy()
     tests["test_id"] = [f"{g}-{i + 1:03d}" for g, i in zip(tests["generator"], tests.groupby("generator").cumcount())]
-    return suite
+    return TestSuite(tests, suite.rejected)
 
 
-def coverage_round(chunks: pd.DataFrame, llm, n: int, tracker: CoverageTracker, round_: int, *, seed: int = 0):
-    """One more round of coverage tests, ``n`` per document, after the tracker has been fed what retrieval returned.
+def document_tests(chunks: pd.DataFrame, doc: str, d: int, llm, counts: dict, tracker: CoverageTracker, *,
+                   vectors=None, seed: int = 0):
+    """One document's tests from every generator but the fair baseline, strategies marking ``tracker``.
 
-    RAG-TESTER's coverage criterion, driven by the system: generate, run, mark the chunks the
-    system's retrieval returned (:func:`fabnb.rag.sources.mark_returned`), repeat. A fixed number
-    of rounds keeps the plan priceable.
+    Parameters
+    ----------
+    chunks : DataFrame
+        The whole corpus's chunks (negative tests are checked absent from all of it).
+    doc, d : str, int
+        The document and its place in the corpus (its seeds are ``seed + 100 * d``).
+    counts : dict
+        Tests per generator: complex_passage, negative_rejection, coverage, random.
 
     Returns
     -------
     fabnb.qa.testcases.TestSuite
-        Coverage tests with ids ``coverage-r<round>-NNN``.
+        The document's tests (ids numbered later, :func:`number_tests`); ``rejected`` with source_doc.
     """
-    parts = []
-    for d, (doc, own) in enumerate(chunks.groupby("doc_id", sort=False)):
-        suite = coverage_tests(own, llm, n, tracker, seed=seed + 100 * d + 7919 * round_)
-        suite.rejected["source_doc"] = doc
-        parts.append(suite)
+    vectors = vectors if vectors is not None else vectorize(chunks)
+    own = chunks[chunks["doc_id"] == doc]
+    s = seed + 100 * d
+    parts = [complex_passage_tests(own, llm, counts["complex_passage"], seed=s, tracker=tracker),
+             negative_rejection_tests(chunks, vectors, llm, counts["negative_rejection"], seed=s,
+                                      pool=own["chunk_id"], tracker=tracker),
+             coverage_tests(own, llm, counts["coverage"], tracker, seed=s),
+             random_tests(own, llm, counts["random"], seed=s)]
     suite = TestSuite.concat(parts)
-    suite.tests["test_id"] = [f"coverage-r{round_}-{i + 1:03d}" for i in range(len(suite.tests))]
+    suite.rejected["source_doc"] = doc
     return suite
 
 
-def coverage_table(tests: pd.DataFrame, chunks: pd.DataFrame, returned: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Coverage adequacy: how much of the corpus the tests' passages and the systems' retrieval touched.
-
-    Parameters
-    ----------
-    tests : DataFrame
-        ``TestSuite.tests`` (source_chunk, source_doc, generator).
-    chunks : DataFrame
-        The corpus's chunks.
-    returned : DataFrame, optional
-        :func:`fabnb.rag.sources.returned_sources` of the answers (system, chunk_id, doc_id).
-
-    Returns
-    -------
-    DataFrame
-        One row per what: ``generation`` (all tests' passages), one per generator, and
-        ``retrieval: <system>`` per system and ``retrieval: any``; with chunks, chunks_touched,
-        chunk_coverage, documents, documents_touched, document_coverage.
-
-    Examples
-    --------
-    >>> chunks = pd.DataFrame({"chunk_id": ["a::0", "a::1", "b::0", "b::1"], "doc_id": ["a", "a", "b", "b"]})
-    >>> tests = pd.DataFrame({"generator": ["coverage", "random"], "source_chunk": ["a::0", "a::0"],
-    ...                       "source_doc": ["a", "a"]})
-    >>> coverage_table(tests, chunks).set_index("what").loc["generation", ["chunk_coverage", "document_coverage"]].tolist()
-    [0.25, 0.5]
-    """
-    n_chunks, n_docs = chunks["chunk_id"].nunique(), chunks["doc_id"].nunique()
-    doc_of = chunks.set_index("chunk_id")["doc_id"]
-
-    def row(what: str, ids) -> dict:
-        ids = {i for i in ids if i in doc_of.index}
-        docs = set(doc_of.loc[list(ids)]) if ids else set()
-        return {"what": what, "chunks": n_chunks, "chunks_touched": len(ids),
-                "chunk_coverage": len(ids) / n_chunks if n_chunks else np.nan, "documents": n_docs,
-                "documents_touched": len(docs), "document_coverage": len(docs) / n_docs if n_docs else np.nan}
-
-    rows = [row("generation", tests["source_chunk"])]
-    rows += [row(f"generation: {g}", t["source_chunk"]) for g, t in tests.groupby("generator", sort=False)]
-    if returned is not None and len(returned):
-        rows += [row(f"retrieval: {sys}", r["chunk_id"]) for sys, r in returned.groupby("system", sort=True)]
-        rows.append(row("retrieval: any", returned["chunk_id"]))
-    return pd.DataFrame(rows)
+def fair_baselines(chunks: pd.DataFrame, parts: list, llm, n: int, *, vectors=None, seed: int = 0) -> list:
+    """The fair baseline of every document: ``n`` tests each, carrying over the corpus the strategies' share of
+    negative-rejection tests in ``parts`` (spread over documents by largest remainder). One suite per document."""
+    vectors = vectors if vectors is not None else vectorize(chunks)
+    docs = list(dict.fromkeys(chunks["doc_id"]))
+    tests = pd.concat([p.tests for p in parts], ignore_index=True) if parts else pd.DataFrame(columns=TEST_COLUMNS)
+    strategies = tests[tests["generator"].isin(TEST_STRATEGIES)]
+    share = float((strategies["kind"] == "negative").mean()) if len(strategies) else 0.0
+    out = []
+    for d, (doc, k) in enumerate(zip(docs, _spread(round(share * n * len(docs)), len(docs), n))):
+        pool = chunks.loc[chunks["doc_id"] == doc, "chunk_id"]
+        fair = fair_baseline_tests(chunks, vectors, llm, n, k / n if n else 0.0, seed=seed + 100 * d, pool=pool)
+        fair.rejected["source_doc"] = doc
+        out.append(fair)
+    return out
 
 
 def _spread(total: int, bins: int, cap: int) -> list[int]:

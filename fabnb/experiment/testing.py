@@ -1,0 +1,469 @@
+"""RAG-TESTER from the experiment file: ``[tests]`` turns a run into tests, answers, oracle verdicts and tables.
+
+An experiment with a ``[tests]`` table (:class:`fabnb.experiment.config.TestsSpec`) asks no
+FAB-Bench questions. Its stages, each stored as it is made and resumed after a kill:
+
+1. **tests**: the tester model writes RAG-TESTER's tests from ``[corpus]``, document by
+   document (complex-passage, negative-rejection, coverage; the random and fair baselines),
+   one coverage tracker over the corpus; each document's tests are one record of
+   ``tests.jsonl``, so a killed run writes only the documents still missing;
+2. **answers**: every ``[[systems]]`` entry, of any kind the registry has, answers every test at
+   every window and mode (``answers.jsonl``; Appendix E's request for a source location and span
+   added to each question when ``ask_location``); ``rounds`` more coverage rounds then draw from the
+   chunks neither a test nor the systems' retrieval touched, and are answered in turn;
+3. **oracle**: RAG-TESTER's oracle on the ``[judge]`` endpoint judges each answer (``verdicts.jsonl``);
+4. **report**: the study's tables (:data:`fabnb.tester.study.TABLES`), coverage adequacy and the
+   retrieval-or-generation attribution in ``report/tests/``, and ``summary.md``.
+
+The plan counts each stage's calls (a test costs up to three tries of the tester), the budget
+stops a stage before a call could pass it, and the runs sidebar reads the same manifest and
+progress file as for FAB-Bench runs.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from .. import __version__
+from ..core.records import ResultsStore
+from .config import Experiment
+from .output import json_records, now, write_manifest
+from .planning import PLAN_COLUMNS, Plan
+from .prices import cost_of, price_of, price_text
+
+__all__ = ["TABLES_FOLDER", "TESTS_STORE", "VERDICTS_STORE", "plan_tests", "run_tests", "stored_tests",
+           "test_configurations", "tests_corpus", "tests_tables", "tests_tally", "write_tests_report"]
+
+TESTS_STORE = "tests.jsonl"
+VERDICTS_STORE = "verdicts.jsonl"
+#: Where the study's tables go, inside the run's folder.
+TABLES_FOLDER = Path("report") / "tests"
+_PART_COLUMNS = ["part", "doc_id", "tests", "rejected", "status"]
+_TRIES = 3  # a generator tries up to three passages per test it keeps (fabnb.qa.testcases)
+_GEN_PROMPT, _GEN_REPLY = 700, 200  # tokens of a test-writing call: a chunk and the instructions; the JSON
+_ORACLE_PROMPT, _ORACLE_REPLY = 600, 120
+
+
+def _store(out: Path) -> ResultsStore:
+    return ResultsStore(out / TESTS_STORE, keys=("part",), columns=_PART_COLUMNS)
+
+
+def tests_corpus(exp: Experiment):
+    """The corpus the tests are written from (``[tests] documents`` of them, drawn with the seed) and its chunks."""
+    import warnings
+
+    from ..corpus.collection import chunk_corpus, load_corpus
+    from ..data.datasets import evidence_corpus, load_fab_bench
+
+    corpus = (evidence_corpus(list(load_fab_bench())) if exp.corpus_source == "fab-bench-evidence"
+              else load_corpus(exp.corpus_source))
+    n = exp.tests.documents
+    if n is not None and n < len(corpus.documents):
+        corpus = corpus.select(set(corpus.documents.sample(n=n, random_state=exp.seed)["doc_id"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return corpus, chunk_corpus(corpus, size=exp.chunk_size, overlap=exp.chunk_overlap)
+
+
+def _counts(exp: Experiment) -> dict:
+    t = exp.tests
+    return {"complex_passage": t.n_complex, "negative_rejection": t.n_negative, "coverage": t.n_coverage,
+            "random": t.n_baseline}
+
+
+def _suite(records: list[dict]):
+    from ..qa.testcases import TEST_COLUMNS, TEST_REJECT_COLUMNS, TestSuite
+
+    tests = pd.DataFrame([t for r in records for t in r["tests"]], columns=TEST_COLUMNS)
+    tests["keywords"] = tests["keywords"].map(lambda k: tuple(k) if isinstance(k, (list, tuple)) else ())
+    rejected = pd.DataFrame([x for r in records for x in r["rejected"]], columns=[*TEST_REJECT_COLUMNS, "source_doc"])
+    return TestSuite(tests, rejected)
+
+
+def _keep(store: ResultsStore, part: str, doc: str, suite) -> dict:
+    record = {"part": part, "doc_id": doc, "tests": json_records(suite.tests), "rejected":
+              json_records(suite.rejected), "status": "ok"}
+    store.append(record)
+    return record
+
+
+def _mark_tests(tracker, suite) -> None:
+    """Mark the strategies' passages of stored tests: the tracker as it stood when they were written."""
+    from ..tester.study import TEST_STRATEGIES
+
+    t = suite.tests
+    tracker.mark(t.loc[t["generator"].isin(TEST_STRATEGIES), "source_chunk"].tolist())
+
+
+def _write_tests(exp: Experiment, chunks: pd.DataFrame, tester, bar):
+    """The first round's tests, from the store where written, else written now, one record per document."""
+    from ..corpus.passages import CoverageTracker
+    from ..corpus.vectors import vectorize
+    from ..tester.study import document_tests, fair_baselines, number_tests
+
+    store = _store(exp.output)
+    have = {r["part"]: r for r in store.frame().to_dict("records")}
+    tracker, vectors = CoverageTracker(chunks), vectorize(chunks)
+    docs = list(dict.fromkeys(chunks["doc_id"]))
+    records = []
+    for d, doc in enumerate(docs):
+        part = f"doc:{doc}"
+        if part in have:
+            records.append(have[part])
+            _mark_tests(tracker, _suite([have[part]]))
+        else:
+            suite = document_tests(chunks, doc, d, tester, _counts(exp), tracker, vectors=vectors, seed=exp.seed)
+            records.append(_keep(store, part, doc, suite))
+        bar.update(1)
+    if all(f"fair:{doc}" in have for doc in docs):
+        fair = [have[f"fair:{doc}"] for doc in docs]
+    else:
+        suites = fair_baselines(chunks, [_suite([r]) for r in records], tester, exp.tests.n_baseline,
+                                vectors=vectors, seed=exp.seed)
+        fair = [_keep(store, f"fair:{doc}", doc, s) for doc, s in zip(docs, suites)]
+    bar.update(len(docs))
+    return number_tests(_suite(records + fair)), tracker
+
+
+def stored_tests(exp: Experiment):
+    """Every test the folder holds, numbered as the run numbered them (a document's, the fair baselines', then
+    each coverage round's); an empty suite for a folder without tests."""
+    from ..qa.testcases import TestSuite
+    from ..tester.study import number_tests
+
+    records = _store(exp.output).frame().to_dict("records") if (exp.output / TESTS_STORE).exists() else []
+    first = [r for r in records if not str(r["part"]).startswith("round:")]
+    rounds = [r for r in records if str(r["part"]).startswith("round:")]
+    return TestSuite.concat([number_tests(_suite(first)), _suite(rounds)])
+
+
+def _round_tests(exp: Experiment, chunks, tester, tracker, round_: int, answers: pd.DataFrame, bar):
+    """Round ``round_`` of coverage tests, after marking what the systems' retrieval returned."""
+    from ..rag.sources import mark_returned
+    from ..tester.coverage import coverage_round
+
+    store = _store(exp.output)
+    have = {r["part"]: r for r in store.frame().to_dict("records")}
+    mark_returned(tracker, answers[answers["mode"] == "A"], chunks)
+    part = f"round:{round_}"
+    if part in have:
+        suite = _suite([have[part]])
+        _mark_tests(tracker, suite)
+    else:
+        suite = coverage_round(chunks, tester, exp.tests.n_coverage, tracker, round_, seed=exp.seed)
+        _keep(store, part, "", suite)
+    bar.update(1)
+    return suite
+
+
+def _as_questions(exp: Experiment, tests: pd.DataFrame) -> pd.DataFrame:
+    from ..judge import LOCATION_REQUEST, tests_as_questions
+
+    q = tests_as_questions(tests)
+    if exp.tests.ask_location:
+        q["question"] = q["question"] + LOCATION_REQUEST
+    return q
+
+
+def test_configurations(exp: Experiment) -> dict:
+    """``system -> (llm, embedding)`` as the study's tables name a configuration: the system's model and its
+    retriever (its kind for a system that retrieves on its own)."""
+    return {s.name: (s.model, s.retriever if s.kind == "reference" else s.kind) for s in exp.systems}
+
+
+# ------------------------------------------------------------------ plan and tally
+
+
+def _n_docs(exp: Experiment, chunks: pd.DataFrame | None) -> int:
+    return int(chunks["doc_id"].nunique()) if chunks is not None else int(exp.tests.documents or 0)
+
+
+def plan_tests(exp: Experiment, chunks: pd.DataFrame, tests: pd.DataFrame | None = None) -> Plan:
+    """Calls, tokens and cost of each stage of a ``[tests]`` run.
+
+    Before the tests exist, their number is what ``[tests]`` asks (per document, every generator);
+    once written, it is what was kept. The tester's calls count up to three tries per test.
+    Answers and verdicts stored count as done.
+
+    Returns
+    -------
+    Plan
+        One row for the tester, one answers and one oracle row per system.
+    """
+    docs = _n_docs(exp, chunks)
+    per_doc = exp.tests.n_complex + exp.tests.n_negative + exp.tests.n_coverage + 2 * exp.tests.n_baseline
+    n_tests = len(tests) if tests is not None else docs * per_doc * (1 + 0)  # the rounds add theirs as they go
+    n_tests += docs * exp.tests.n_coverage * exp.tests.rounds if tests is None else 0
+    cells = len(exp.windows) * len(exp.modes)
+    answers, verdicts = _stored(exp)
+    parts = len(_store(exp.output).frame()) if exp.output.exists() else 0
+    rows, max_call = [], {}
+    tester = exp.tests.endpoint.model
+    gen_calls = (2 * docs + exp.tests.rounds) * 1  # stored in parts: a document's tests, its fair baseline, rounds
+    todo_tries = max(0, docs * per_doc * _TRIES + docs * exp.tests.n_coverage * exp.tests.rounds * _TRIES
+                     - parts * per_doc * _TRIES // 2)
+    rows.append(_row(exp, "tester", tester, "tests", gen_calls, min(parts, gen_calls), todo_tries,
+                     _GEN_PROMPT, _GEN_REPLY, max_call))
+    for spec in exp.systems:
+        a = answers[(answers["system"] == spec.name) & (answers["status"] == "ok")] if len(answers) else answers
+        v = verdicts[(verdicts["system"] == spec.name) & (verdicts["status"] == "ok")] if len(verdicts) else verdicts
+        k = max(exp.windows)
+        prompt = int(min(k * 1024, 1024 * max(1.0, k / 2)))
+        rows.append(_row(exp, spec.name, spec.endpoint.model if spec.uses_endpoint else spec.model, "answers",
+                         n_tests * cells, len(a), max(0, n_tests * cells - len(a)), prompt, 200, max_call,
+                         priced=spec.uses_endpoint))
+        rows.append(_row(exp, spec.name, exp.judge.model, "oracle", n_tests * cells, len(v),
+                         max(0, n_tests * cells - len(v)), _ORACLE_PROMPT, _ORACLE_REPLY, max_call))
+    return Plan(pd.DataFrame(rows, columns=PLAN_COLUMNS), pd.DataFrame(), n_tests, max_call)
+
+
+def _row(exp, system, model, stage, calls, done, todo_calls, prompt, reply, max_call, priced=True) -> dict:
+    price = price_of(model if priced else "", exp.prices)
+    p_tok, c_tok = todo_calls * prompt, todo_calls * reply
+    if priced:
+        max_call[(stage, system)] = cost_of(model, exp.prices, prompt, reply)
+    return {"system": system, "model": model, "stage": stage, "calls": calls, "done": done,
+            "todo": max(0, calls - done), "prompt_tokens": p_tok, "completion_tokens": c_tok,
+            "cost_usd": cost_of(model, exp.prices, p_tok, c_tok) if priced else None, "price": price_text(price),
+            "seconds": None}
+
+
+def _stored(exp: Experiment) -> tuple[pd.DataFrame, pd.DataFrame]:
+    from ..core.schema import RESULT_COLUMNS
+    from ..judge import VERDICT_COLUMNS, verdict_store
+
+    if not exp.output.exists():
+        return pd.DataFrame(columns=RESULT_COLUMNS), pd.DataFrame(columns=VERDICT_COLUMNS)
+    answers = ResultsStore(exp.output / "answers.jsonl").frame(drop=("sources",))
+    verdicts = verdict_store(exp.output / VERDICTS_STORE).frame()
+    names = [s.name for s in exp.systems]
+    def keep(f: pd.DataFrame) -> pd.DataFrame:
+        if not len(f):
+            return f
+        return f[f["system"].isin(names) & f["mode"].isin(exp.modes)
+                 & f["context_k"].astype(float).isin(exp.windows)].reset_index(drop=True)
+
+    return keep(answers), keep(verdicts)
+
+
+def tests_tally(exp: Experiment) -> pd.DataFrame:
+    """What the stores hold, per system and stage (tests, answers, oracle): :data:`fabnb.experiment.TALLY_COLUMNS`."""
+    from .output import TALLY_COLUMNS, _num
+
+    answers, verdicts = _stored(exp)
+    parts = _store(exp.output).frame() if exp.output.exists() else pd.DataFrame()
+    rows = [{"system": "tester", "stage": "tests", "planned": 2 * _n_docs(exp, None) or len(parts),
+             "ok": len(parts), "failed": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": None}]
+    for spec in exp.systems:
+        for stage, frame, model, priced in (("answers", answers, spec.endpoint.model, spec.uses_endpoint),
+                                            ("oracle", verdicts, exp.judge.model, True)):
+            f = frame[frame["system"] == spec.name] if len(frame) else frame
+            ok = f[f["status"] == "ok"] if len(f) else f
+            pt, ct = _num(f, "prompt_tokens"), _num(f, "completion_tokens")
+            rows.append({"system": spec.name, "stage": stage, "planned": len(f), "ok": len(ok),
+                         "failed": len(f) - len(ok), "prompt_tokens": pt, "completion_tokens": ct,
+                         "cost_usd": cost_of(model, exp.prices, pt, ct) if priced else None})
+    return pd.DataFrame(rows, columns=TALLY_COLUMNS)
+
+
+def _limit(exp: Experiment, plan_: Plan, stage: str) -> int | None:
+    """Calls of a stage that fit in what is left of the budget, each at its dearest estimate."""
+    if exp.budget_usd is None:
+        return None
+    per_call = max([c or 0.0 for (s, _), c in plan_.max_call_cost.items() if s == stage] or [0.0])
+    left = exp.budget_usd - float(pd.to_numeric(tests_tally(exp)["cost_usd"], errors="coerce").fillna(0).sum())
+    return None if per_call <= 0 and left >= 0 else max(0, math.floor(left / per_call)) if per_call > 0 else 0
+
+
+# ------------------------------------------------------------------ the run
+
+
+def run_tests(exp: Experiment, opts, old: dict | None):
+    """Plan, then run the stages of a ``[tests]`` experiment into its folder (``fabnb run`` calls it).
+
+    ``opts``: :func:`fabnb.experiment.run_experiment`'s options; ``old``: the folder's manifest (None: new).
+    Returns :class:`fabnb.experiment.ExperimentRun`.
+    """
+    from .run import ConfirmationNeeded, ExperimentRun, _prepare, _progress_bar, _record_failure
+
+    corpus, chunks = tests_corpus(exp)
+    plan_ = plan_tests(exp, chunks)
+    opts.echo(plan_.render() + "\n(tests: a row's calls are documents; its tokens count up to three tries per "
+                               "test kept; the answers and oracle rows count the tests asked for)")
+    if opts.dry_run:
+        return ExperimentRun(exp.output, plan_, tests_tally(exp), "dry-run", pd.DataFrame())
+    reason = None if opts.yes else plan_.confirmation(exp)
+    if reason:
+        raise ConfirmationNeeded(f"{exp.source}: {reason}")
+    chunking = {"chunk_size": exp.chunk_size, "chunk_overlap": exp.chunk_overlap}
+    built = {s.name: s.build(chunks, exp.concurrency, corpus, chunking) for s in exp.systems}
+    _prepare(exp, built)
+    manifest = _manifest(exp, old, plan_)
+    write_manifest(exp.output, manifest)
+    bar = _progress_bar(exp.output, (0, 2 * _n_docs(exp, chunks)), opts.progress)
+    bar.start_stage("tests", 0, 2 * _n_docs(exp, chunks) + exp.tests.rounds)
+    try:
+        status = _stages(exp, chunks, list(built.values()), plan_, bar)
+        bar.close("reporting")
+        _save(exp, manifest, "reporting")
+        summary = _report(exp, chunks)
+        t = _save(exp, manifest, status)
+    except BaseException as exc:
+        manifest["runs"][-1].update(ended=now(), status="stopped" if isinstance(exc, KeyboardInterrupt) else
+                                    "failed", cause=f"{type(exc).__name__}: {exc}"[:500])
+        manifest["stages"] = json_records(tests_tally(exp))
+        bar.close(manifest["runs"][-1]["status"])
+        _record_failure(exp.output, manifest, opts.echo)
+        raise
+    said = "; ".join(f"{r.system} {r.stage} {r.ok:,} ok" + (f", {r.failed:,} failed" if r.failed else "")
+                     for r in t.itertuples())
+    opts.echo(f"{status}: {said}\nwrote {summary} and {exp.output / TABLES_FOLDER}")
+    return ExperimentRun(exp.output, plan_, t, status, pd.DataFrame(), summary)
+
+
+def _manifest(exp: Experiment, old: dict | None, plan_: Plan) -> dict:
+    from .output import file_hash, versions
+
+    return {"name": exp.name, "experiment_file": exp.source, "experiment_sha256": file_hash(exp),
+            "fabnb": __version__, "versions": versions(), "seed": exp.seed, "kind": "tests",
+            "signatures": exp.signatures(),
+            "prices": {m: p for m in exp.models() if (p := price_of(m, exp.prices)) is not None},
+            "endpoints": {s.name: {"kind": s.kind, "model": s.model} for s in exp.systems},
+            "runs": (old or {}).get("runs", []) + [{"started": now(), "ended": None, "status": "running"}],
+            "planned": json_records(plan_.table.drop(columns=["price"]))}
+
+
+def _save(exp: Experiment, manifest: dict, status: str) -> pd.DataFrame:
+    t = tests_tally(exp)
+    manifest["runs"][-1].update(ended=now(), status=status)
+    manifest["stages"] = json_records(t)
+    manifest["spent_usd"] = float(pd.to_numeric(t["cost_usd"], errors="coerce").fillna(0).sum())
+    write_manifest(exp.output, manifest)
+    return t
+
+
+def _stages(exp: Experiment, chunks, systems: list, plan_: Plan, bar) -> str:
+    """Tests, answers (and the coverage rounds), oracle verdicts; ``finished`` or ``stopped-by-budget``."""
+    from ..judge import oracle_results, verdict_store
+    from ..qa.testcases import TestSuite
+    from ..rag import run_grid
+
+    tester = exp.tests.endpoint.llm(concurrency=exp.concurrency)
+    suite, tracker = _write_tests(exp, chunks, tester, bar)
+    a_store = ResultsStore(exp.output / "answers.jsonl")
+
+    def answer(tests: pd.DataFrame) -> bool:
+        bar.start_stage("answers", *_done_of(plan_, "answers", a_store, exp))
+        grid = run_grid(systems, _as_questions(exp, tests), exp.configs(), a_store, modes=exp.modes,
+                        concurrency=exp.concurrency, progress=bar, limit=_limit(exp, plan_, "answers"))
+        return not grid.deferred
+
+    finished = answer(suite.tests)
+    for r in range(1, exp.tests.rounds + 1):
+        bar.start_stage("tests", 2 * _n_docs(exp, chunks) + r - 1, 2 * _n_docs(exp, chunks) + exp.tests.rounds)
+        more = _round_tests(exp, chunks, tester, tracker, r, a_store.frame(), bar)
+        suite = TestSuite.concat([suite, more])
+        finished = answer(suite.tests) and finished
+    if not finished:
+        return "stopped-by-budget"
+    judge = exp.judge.llm(concurrency=exp.judge_concurrency, n_ctx=exp.judge_n_ctx)
+    answers = a_store.frame()
+    answers = answers[answers["test_id"].isin(suite.tests["test_id"])
+                      & answers["system"].isin([s.name for s in systems])].reset_index(drop=True)
+    bar.start_stage("oracle", *_done_of(plan_, "oracle", a_store, exp))
+    oracle_results(answers, suite.tests, judge, evidence=exp.tests.evidence, threshold=exp.tests.threshold,
+                   store=verdict_store(exp.output / VERDICTS_STORE), progress=bar)
+    return "finished"
+
+
+def _done_of(plan_: Plan, stage: str, a_store, exp) -> tuple[int, int]:
+    rows = plan_.table[plan_.table["stage"] == stage]
+    return int(rows["done"].sum()), int(rows["calls"].sum())
+
+
+def _report(exp: Experiment, chunks: pd.DataFrame) -> Path:
+    return write_tests_report(exp, chunks)
+
+
+# ------------------------------------------------------------------ tables and summary
+
+
+def _configuration(exp: Experiment, verdicts: pd.DataFrame) -> pd.Series:
+    """A configuration per verdict: the system, and its window and mode when the file has several."""
+    name = verdicts["system"].astype(str)
+    if len(exp.windows) > 1 or len(exp.modes) > 1:
+        name = name + " @ " + verdicts["context_k"].map("{:g}K".format) + " " + verdicts["mode"].astype(str)
+    return name
+
+
+def tests_tables(exp: Experiment, chunks: pd.DataFrame) -> dict:
+    """Every table of a ``[tests]`` run's folder: the study's (:data:`fabnb.tester.study.TABLES`), ``coverage``
+    (:func:`fabnb.tester.coverage.coverage_table`), ``attribution`` and ``attribution_by_configuration``
+    (:mod:`fabnb.tester.attribution`), ``failure_kinds`` (the abstract's failure types per configuration) and
+    ``tests`` (the suite)."""
+    from ..judge import verdict_store
+    from ..rag.sources import returned_sources
+    from ..tester.attribution import attribution, attribution_table
+    from ..tester.coverage import coverage_table
+    from ..tester.study import study_tables
+
+    suite = stored_tests(exp)
+    verdicts = verdict_store(exp.output / VERDICTS_STORE).frame()
+    verdicts = verdicts[verdicts["test_id"].isin(suite.tests["test_id"])
+                        & verdicts["system"].isin([s.name for s in exp.systems])].reset_index(drop=True)
+    configs = test_configurations(exp)
+    source = suite.tests.set_index("test_id")["source_doc"]
+    named = verdicts.assign(configuration=_configuration(exp, verdicts),
+                            llm=verdicts["system"].map(lambda s: configs[s][0]),
+                            embedding=verdicts["system"].map(lambda s: configs[s][1]),
+                            source_doc=verdicts["test_id"].map(source), origin="real")
+    tables = study_tables(named.assign(system=named["configuration"]), suite.tests, suite.rejected,
+                          n_boot=exp.report.bootstrap, seed=exp.report.seed) if len(named) else {}
+    answers = ResultsStore(exp.output / "answers.jsonl").frame()
+    answers = answers[answers["test_id"].isin(suite.tests["test_id"])] if len(answers) else answers
+    tables["coverage"] = coverage_table(suite.tests, chunks, returned_sources(answers, chunks))
+    labels = attribution(verdicts) if len(verdicts) else pd.DataFrame()
+    tables["attribution"] = labels
+    tables["attribution_by_configuration"] = attribution_table(labels) if len(labels) else pd.DataFrame()
+    ok = named[named["status"] == "ok"]
+    tables["failure_kinds"] = (ok[ok["failure_kind"].fillna("") != ""].groupby(["configuration", "failure_kind"])
+                               .size().rename("failures").reset_index() if len(ok) else pd.DataFrame())
+    tables["tests"] = suite.tests
+    return tables
+
+
+def write_tests_report(exp: Experiment, chunks: pd.DataFrame) -> Path:
+    """``report/tests/<table>.csv`` and ``summary.md`` of a ``[tests]`` run, from the stores as they are."""
+    tables = tests_tables(exp, chunks)
+    folder = exp.output / TABLES_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, frame in tables.items():
+        frame.to_csv(folder / f"{name}.csv", index=False)
+    t = tests_tally(exp)
+    n_tests = len(tables["tests"])
+    lines = [f"# {exp.name}: RAG-TESTER", "", f"Made by fabnb {__version__} from `{exp.source}` at {now()}.", "",
+             "## Caveats", ""]
+    if n_tests < 30:
+        lines.append(f"- {n_tests} tests: every failure rate has a wide interval and no comparison below is "
+                     "likely to separate configurations; write more tests per document ([tests] n_*) or use more "
+                     "documents.")
+    lines += ["- The oracle's verdicts are an LLM's; its precision is not measured in this run. Measure it with "
+              "a panel of LLMs (fabnb.tester.panel) or expert labels (the rating app, kind \"verdict\") before "
+              "reading single verdicts.", "",
+              "## Calls", "", t.to_markdown(index=False), ""]
+    for name, title in (("failures_by_configuration", "Failures by configuration (Wilson 95% intervals)"),
+                        ("strongest_configuration", "The strongest configuration"),
+                        ("failures_by_generator", "Failures by generator"),
+                        ("baseline_comparison", "Strategies against the baselines (objection 1)"),
+                        ("failure_kinds", "Failure types (the abstract's, our reading: docs/stages.md)"),
+                        ("attribution_by_configuration", "Retrieval or generation (rule: docs/stages.md)"),
+                        ("coverage", "Coverage adequacy: chunks and documents touched")):
+        frame = tables.get(name)
+        if frame is not None and len(frame):
+            lines += [f"## {title}", "", frame.to_markdown(index=False, floatfmt=".3f"), ""]
+    path = exp.output / "summary.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path

@@ -1,0 +1,257 @@
+"""fabnb.experiment.testing: RAG-TESTER from the experiment file (``[tests]``), run by ``fabnb run``.
+
+A scripted server writes the tests, answers as the reference system's model and as a LangChain pipeline's
+(a factory of the user's kind over the same corpus), and judges as the oracle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fabnb.experiment import Experiment, ExperimentError, run_experiment
+
+from stub_openai import StubServer, completion
+
+ROOT = Path(__file__).resolve().parents[1]
+CRITERIA = ("faithfulness", "relevance", "completeness", "clarity", "keyword_match")
+DOCS = {
+    "etch": "Plasma etching removes silicon with fluorine radicals. The etch rate of the process is 42 nm per minute "
+            "at 300 watts. Chamber pressure stays at 20 mtorr during the main etch step. Endpoint detection uses "
+            "optical emission at 704 nm. The wafer chuck is cooled with helium at 10 torr.",
+    "resist": "Extreme ultraviolet resists absorb photons at 13.5 nm. The resist sensitivity is 20 mJ per square "
+              "centimetre for the reference formulation. Line edge roughness stays below 2 nm. Post exposure bake "
+              "runs at 110 C for 60 seconds. Development uses a 0.26 normal developer.",
+}
+
+
+def scripted(request: dict, n: int):
+    """Tester, answerer and oracle in one: tests quote the passage's second sentence; answers echo the context's
+    first line; the oracle passes an answer holding the expected answer's opening."""
+    text = request["messages"][-1]["content"]
+    model = request.get("model", "stub")
+    if "PASSAGE:" in text:
+        passage = text.split("PASSAGE:\n", 1)[1].rsplit("\n\nJSON:", 1)[0]
+        if "does not give" in text:
+            body = {"question": f"What is the zorblax ferronium index {n}?", "missing_detail": "zorblax ferronium"}
+        else:
+            sentences = re.split(r"(?<=[.!?])\s", passage.strip())
+            s = sentences[min(1, len(sentences) - 1)]
+            body = {"evidence": s, "question": f"What does the text say, case {n}?", "answer": s,
+                    "keywords": s.split()[:1], "difficulty": "medium", "reasoning": "look it up"}
+        return 200, completion(json.dumps(body), model=model, prompt_tokens=400, completion_tokens=60), {}
+    if "Judge it on five criteria" in text:
+        expected = text.split("Expected answer: ", 1)[1].split("\n\nAnswer to judge:")[0]
+        answer = text.split("Answer to judge:\n", 1)[1]
+        verdict = "true" if expected[:20] in answer else "false"
+        return 200, completion(json.dumps({**dict.fromkeys(CRITERIA, verdict), "reason": "scripted"}), model=model,
+                               prompt_tokens=500, completion_tokens=40), {}
+    if "states_an_answer" in text:
+        return 200, completion(json.dumps({"declines": "true", "states_an_answer": "false", "reason": "ok"}),
+                               model=model), {}
+    context = text.split("Context:\n", 1)[-1] if "Context:" in text else text
+    return 200, completion(context.strip().split("\n")[0][:200] or "Insufficient information.", model=model,
+                           prompt_tokens=300, completion_tokens=30), {}
+
+
+def langchain_factory(setup):
+    """The user's own LangChain pipeline: word-overlap retrieval over the corpus, the scripted chat model."""
+    from langchain_core.documents import Document
+    from langchain_core.output_parsers import StrOutputParser
+    from langchain_core.runnables import RunnableLambda, RunnableParallel, RunnablePassthrough
+    from langchain_openai import ChatOpenAI
+
+    docs = setup.documents
+
+    def retrieve(q):
+        words = set(re.findall(r"[a-z]+", q.lower()))
+        scored = sorted(((len(words & set(re.findall(r"[a-z]+", t.lower()))), d, t)
+                         for d, t in zip(docs["doc_id"], docs["text"])), reverse=True)
+        return [Document(id=f"lc-{d}", page_content=t, metadata={"doc_id": d, "score": s}) for s, d, t in scored[:1]]
+
+    llm = ChatOpenAI(model=setup.model, base_url=setup.base_url, api_key="x", max_retries=0)
+    prompt = RunnableLambda(lambda x: "Context:\n" + x["context"][0].page_content + "\n\n" + x["question"])
+    return RunnableParallel(context=RunnableLambda(retrieve), question=RunnablePassthrough()).assign(
+        answer=prompt | llm | StrOutputParser())
+
+
+def write_tests_file(folder: Path, extra_tests: str = "", budget: str = "") -> Path:
+    corpus = folder / "corpus"
+    corpus.mkdir(exist_ok=True)
+    for name, text in DOCS.items():
+        (corpus / f"{name}.txt").write_text(text)
+    sys.modules.setdefault("test_testing", sys.modules[__name__])
+    path = folder / "tests.toml"
+    path.write_text(textwrap.dedent(f"""\
+        name = "tester"
+        output = "out"
+        concurrency = 2
+        {budget}
+
+        [corpus]
+        source = "corpus"
+        chunk_size = 40
+        chunk_overlap = 8
+
+        [[systems]]
+        name = "ref"
+        retriever = "bm25"
+        model = "stub-answerer"
+        base_url_env = "FABNB_TEST_URL"
+        max_retries = 0
+
+        [[systems]]
+        name = "lc"
+        kind = "langchain"
+        model = "stub-answerer"
+        base_url_env = "FABNB_TEST_URL"
+        max_retries = 0
+        settings = {{factory = "test_testing:langchain_factory"}}
+
+        [contexts]
+        windows = [1]
+        modes = ["A", "B"]
+
+        [judge]
+        model = "stub-oracle"
+        base_url_env = "FABNB_TEST_URL"
+        logprobs = false
+        max_retries = 0
+
+        [tests]
+        model = "stub-tester"
+        base_url_env = "FABNB_TEST_URL"
+        max_retries = 0
+        n_complex = 1
+        n_negative = 1
+        n_coverage = 2
+        {extra_tests}
+
+        [prices]
+        stub-answerer = {{input = 1.0, output = 2.0, date = "2026-12-01", source = "test"}}
+        stub-oracle = {{input = 0.5, output = 4.0, date = "2026-12-01", source = "test"}}
+        stub-tester = {{input = 0.5, output = 4.0, date = "2026-12-01", source = "test"}}
+        """))
+    return path
+
+
+def quiet(*args):
+    pass
+
+
+@pytest.fixture
+def env(monkeypatch, tmp_path):
+    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
+    with StubServer(scripted) as server:
+        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
+        yield server
+
+
+def test_fabnb_run_with_tests_writes_the_studys_tables_for_a_reference_and_a_framework_system(tmp_path, env):
+    path = write_tests_file(tmp_path, extra_tests="rounds = 1")
+    run = run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    out = tmp_path / "out"
+    assert run.status == "finished"
+    tables = out / "report" / "tests"
+    for name in ("failures_by_configuration", "configuration_pairs", "baseline_comparison", "yield_by_generator",
+                 "coverage", "attribution", "attribution_by_configuration", "failure_kinds", "tests"):
+        assert (tables / f"{name}.csv").exists(), name
+    by_config = pd.read_csv(tables / "failures_by_configuration.csv")
+    assert set(by_config.configuration) == {"ref @ 1K A", "ref @ 1K B", "lc @ 1K A", "lc @ 1K B"}
+    assert set(by_config.embedding) == {"bm25", "langchain"} and by_config.tests.gt(0).all()
+    tests = pd.read_csv(tables / "tests.csv")
+    assert {"complex_passage", "negative_rejection", "coverage", "random", "fair_baseline"} <= set(tests.generator)
+    assert tests.test_id.str.startswith("coverage-r1-").any()  # the round fed by retrieval
+    assert tests.test_id.is_unique and (tests.source_location.dropna() != "").all()
+    coverage = pd.read_csv(tables / "coverage.csv").set_index("what")
+    assert {"generation", "retrieval: ref", "retrieval: lc", "retrieval: any"} <= set(coverage.index)
+    attribution = pd.read_csv(tables / "attribution.csv")
+    assert set(attribution.attribution) <= {"passed", "retrieval", "generation", "undetermined"}
+    # the framework's sources were placed in the kit's chunks: the per-cell record the coverage reads
+    assert coverage.loc["retrieval: lc", "chunks_touched"] > 0
+    summary = (out / "summary.md").read_text()
+    assert "Failures by configuration" in summary and "Coverage adequacy" in summary
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["kind"] == "tests" and {r["stage"] for r in manifest["planned"]} == {"tests", "answers", "oracle"}
+    assert manifest["runs"][-1]["status"] == "finished"
+    # a second run asks nothing
+    asked = len(env.requests)
+    again = run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    assert again.status == "finished" and len(env.requests) == asked
+    # the questions carried Appendix E's request for a location and span
+    assert any("Span:" in r["messages"][-1]["content"] for r in env.requests if "Context:" in
+               r["messages"][-1]["content"])
+
+
+def test_a_changed_tests_table_is_refused_on_resume_and_tests_with_questions_are_refused(tmp_path, env):
+    path = write_tests_file(tmp_path)
+    run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    path.write_text(path.read_text().replace("n_coverage = 2", "n_coverage = 3"))
+    with pytest.raises(ExperimentError, match="tests.n_coverage: 2 -> 3"):
+        run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    path.write_text(path.read_text() + "\n[questions]\nsample = 2\n")
+    with pytest.raises(ExperimentError, match=r"\[tests\].*\[questions\]"):
+        Experiment.from_file(path)
+
+
+def test_the_dry_run_plans_every_stage_and_asks_nothing(tmp_path, env):
+    run = run_experiment(Experiment.from_file(write_tests_file(tmp_path)), dry_run=True, probe=False, echo=quiet)
+    t = run.plan.table.set_index(["system", "stage"])
+    assert run.status == "dry-run" and not env.requests and not (tmp_path / "out").exists()
+    # 2 documents x (1 + 1 + 2 + 2 baselines) tests, 1 window x 2 modes
+    assert t.loc[("ref", "answers"), "calls"] == 2 * 6 * 2 and t.loc[("lc", "oracle"), "calls"] == 2 * 6 * 2
+    assert t.loc[("tester", "tests"), "cost_usd"] > 0
+
+
+STAGE_FILES = {"tests": "tests.jsonl", "answers": "answers.jsonl", "oracle": "verdicts.jsonl"}
+
+
+@pytest.mark.parametrize("stage", ["tests", "answers", "oracle"])
+def test_a_tests_run_killed_at_each_stage_resumes_asking_only_what_is_missing(tmp_path, monkeypatch, stage):
+    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
+    path = write_tests_file(tmp_path)
+    out = tmp_path / "out"
+    with StubServer(scripted, delay=0.05) as server:
+        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
+        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+        script = ("import sys, test_testing; from fabnb.cli import main; sys.exit(main(sys.argv[1:]))")
+        proc = subprocess.Popen([sys.executable, "-c", script, "run", str(path), "--no-probe", "--no-progress"],
+                                env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        target = out / STAGE_FILES[stage]
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and not (
+                target.exists() and len(target.read_text().splitlines()) >= 1):
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert target.exists(), proc.stderr.read().decode()[-2000:]
+        stored = {name: len(Path(out / f).read_text().splitlines()) if (out / f).exists() else 0
+                  for name, f in STAGE_FILES.items()}
+        server.delay = 0
+        cache_free = list(server.requests)
+        run = run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+        resumed = server.requests[len(cache_free):]
+    assert run.status == "finished"
+    verdicts = pd.read_csv(out / "report" / "tests" / "attribution.csv")
+    assert len(verdicts) > 0
+    # what was stored before the kill is not asked again: no oracle prompt for a stored verdict, no tester prompt
+    # for a stored document
+    tests = pd.read_csv(out / "report" / "tests" / "tests.csv")
+    if stored["tests"] >= 1:
+        first_doc = json.loads((out / "tests.jsonl").read_text().splitlines()[0])["doc_id"]
+        first_text = DOCS[first_doc][:40]
+        assert not any("PASSAGE:" in r["messages"][-1]["content"] and first_text in r["messages"][-1]["content"]
+                       for r in resumed)
+    answers_total = len(tests) * 2 * 2
+    assert sum(1 for r in resumed if "Judge it on five criteria" in r["messages"][-1]["content"]) \
+        <= answers_total - stored["oracle"]
