@@ -284,6 +284,8 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
         report.text(_flag_line(flags, unflagged))
     drawn = _Figures(figs, formats, report)
     claims = _claims_section(report, data, tabs) if is_paper else None
+    if is_paper:
+        _tester_claims_section(report, tabs)
     if intervals is not None:
         _interval_section(report, intervals, tabs)
     if gap is not None:
@@ -466,6 +468,22 @@ def _claims_section(report: Report, data: pd.DataFrame, tabs: Path) -> pd.DataFr
                          "verdict", "how"]], "Every claim")
     _save_table(claims, tabs, "claims")
     return claims
+
+
+def _tester_claims_section(report: Report, tabs: Path) -> None:
+    """RAG-TESTER's claims against its own published numbers (:func:`fabnb.tester.claims.check_tester_claims`)."""
+    from ..tester.claims import check_tester_claims
+
+    claims = check_tester_claims()
+    counts = claims["verdict"].value_counts()
+    report.heading("Claims: RAG-TESTER's numbers against each other")
+    report.text(f"{len(claims)} claims of RAG-TESTER's abstract and results, as its review reads them, recomputed "
+                "from its published numbers (fabnb/data/published/rag_tester.csv, each with its base and source): "
+                + ", ".join(f"{counts.get(v, 0)} {v}" for v in ("reproduced", "not reproduced", "not checkable"))
+                + ". A claim whose table was not published is not checkable here; a [tests] run checks it on the "
+                "run's own systems.")
+    report.table(claims, "RAG-TESTER's claims")
+    _save_table(claims, tabs, "tester_claims")
 
 
 def _scaling_section(report: Report, sweeps: pd.DataFrame, primary: list, figs: _Figures, tabs: Path,

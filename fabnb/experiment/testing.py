@@ -431,6 +431,10 @@ def tests_tables(exp: Experiment, chunks: pd.DataFrame) -> dict:
     ok = named[named["status"] == "ok"]
     tables["failure_kinds"] = (ok[ok["failure_kind"].fillna("") != ""].groupby(["configuration", "failure_kind"])
                                .size().rename("failures").reset_index() if len(ok) else pd.DataFrame())
+    if "baseline_comparison" in tables:
+        from ..tester.claims import objection_one
+
+        tables["objection_one"] = objection_one(tables["baseline_comparison"])
     tables["tests"] = suite.tests
     return tables
 
@@ -458,6 +462,7 @@ def write_tests_report(exp: Experiment, chunks: pd.DataFrame) -> Path:
                         ("strongest_configuration", "The strongest configuration"),
                         ("failures_by_generator", "Failures by generator"),
                         ("baseline_comparison", "Strategies against the baselines (objection 1)"),
+                        ("objection_one", "How much of the lead is the negative-rejection category"),
                         ("failure_kinds", "Failure types (the abstract's, our reading: docs/stages.md)"),
                         ("attribution_by_configuration", "Retrieval or generation (rule: docs/stages.md)"),
                         ("coverage", "Coverage adequacy: chunks and documents touched")):

@@ -14,6 +14,8 @@ function                  tables
 :func:`expert_ratings`    2 and 9 (expert quality by question type)
 :func:`ablation`          8 (generation ablation groups A-E)
 :func:`case_study`        6 (MULTI_069 responses)
+:func:`rag_tester`        RAG-TESTER's published numbers (abstract, Sections
+                          3.3-6.4, as its review reads them)
 ========================  ==================================================
 
 Examples
@@ -33,7 +35,7 @@ import pandas as pd
 from ...core.scores import check_scores
 
 __all__ = ['EXTENDED_MODEL', 'PRIMARY_MODELS', 'ablation', 'case_study', 'context_sweeps', 'correlations',
-           'cross_model', 'expert_ratings', 'frameworks', 'knowledge_base', 'scores']
+           'cross_model', 'expert_ratings', 'frameworks', 'knowledge_base', 'rag_tester', 'scores']
 
 #: The three primary models of the context-scaling study (Section 4), in the paper's order.
 PRIMARY_MODELS: tuple[str, ...] = ("Gemini-2.5-Flash", "Qwen-Plus", "DeepSeek-v3.2-Exp")
@@ -98,3 +100,15 @@ def case_study() -> pd.DataFrame:
     """Table 6. Columns: source_table, test_id, context_k, model, voltage_range, direction,
     etch_rate, synergy, factuality."""
     return _read("case_study.csv")
+
+
+def rag_tester() -> pd.DataFrame:
+    """RAG-TESTER's published numbers, each with its base and where it is stated.
+
+    Columns: quantity, value, unit, base (what a percentage is relative to), source, note.
+
+    >>> t = rag_tester().set_index("quantity")
+    >>> int(t.loc["failures_rag_tester", "value"]), t.loc["gain_over_baseline", "base"]
+    (21633, "relative to the baseline's failures")
+    """
+    return _read("rag_tester.csv")
