@@ -21,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "fabnb"
 EXPERIMENT_ORDER = ["prices", "fields", "systems", "config", "output", "progress", "planning", "report",
-                    "run", "comparison", "history"]
+                    "testing", "run", "comparison", "history"]
 
 
 def _table(text: str, start: str, end: str) -> list[tuple[str, list[str]]]:

@@ -284,8 +284,6 @@ def reproduce(out_dir: str | Path, scores: pd.DataFrame | None = None, source: s
         report.text(_flag_line(flags, unflagged))
     drawn = _Figures(figs, formats, report)
     claims = _claims_section(report, data, tabs) if is_paper else None
-    if is_paper:
-        _tester_claims_section(report, tabs)
     if intervals is not None:
         _interval_section(report, intervals, tabs)
     if gap is not None:
@@ -467,6 +465,7 @@ def _claims_section(report: Report, data: pd.DataFrame, tabs: Path) -> pd.DataFr
     report.table(claims[["claim_id", "section", "claim", "claimed", "computed", "difference", "tolerance",
                          "verdict", "how"]], "Every claim")
     _save_table(claims, tabs, "claims")
+    _tester_claims_section(report, tabs)
     return claims
 
 

@@ -20,6 +20,7 @@ The subjects, one module each:
 - :mod:`~fabnb.experiment.progress`: a run's live state (its marker, ``progress.json``, :func:`run_status`);
 - :mod:`~fabnb.experiment.run`: the run, one function per stage (:func:`run_experiment`);
 - :mod:`~fabnb.experiment.report`: ``summary.md`` and ``report/``;
+- :mod:`~fabnb.experiment.testing`: ``[tests]``, RAG-TESTER's stages from the same file (:func:`run_tests`);
 - :mod:`~fabnb.experiment.comparison`: two runs compared, and the regression gate (``fabnb compare``);
 - :mod:`~fabnb.experiment.history`: a folder of runs as each metric's trend (``fabnb history``).
 
@@ -33,7 +34,7 @@ Examples
 >>> Experiment.from_dict({"name": "demo", "sytems": []})  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-fabnb.experiment.fields.ExperimentError: <dict>: unknown key 'sytems' at the top level; allowed: ..., seed, systems.
+fabnb.experiment.fields.ExperimentError: <dict>: unknown key 'sytems' at the top level; allowed: ..., systems, tests.
 """
 
 from .comparison import (
@@ -57,6 +58,7 @@ from .config import (
                      QuestionsSpec,
                      ReportSpec,
                      SystemSpec,
+                     TestsSpec,
                      prices_from_table,
                      systems_from_tables,
 )
@@ -65,10 +67,13 @@ from .history import HISTORY_COLUMNS, history_markdown, run_folders, run_history
 from .output import (
                      FAILURE_COLUMNS,
                      TALLY_COLUMNS,
+                     ExperimentRun,
                      check_output,
+                     column_sum,
                      failures,
                      questions_hash,
                      read_manifest,
+                     record_failure,
                      spent,
                      stored,
                      stores,
@@ -82,11 +87,13 @@ from .planning import (
                      PLAN_COLUMNS,
                      PROBE_COLUMNS,
                      PROBES_FILE,
+                     ConfirmationNeeded,
                      Plan,
                      PlanInputs,
                      keep_probes,
                      kept_probes,
                      plan,
+                     prepare_systems,
                      probe_endpoints,
 )
 from .prices import PRICES, cost_of, price_of, price_text
@@ -97,6 +104,7 @@ from .progress import (
                      STATE_LABELS,
                      ProgressFile,
                      find_runs,
+                     progress_bar,
                      read_progress,
                      run_status,
                      write_marker,
@@ -111,17 +119,33 @@ from .report import (
                      scores_by_question,
                      write_report,
 )
-from .run import ConfirmationNeeded, ExperimentRun, run_experiment
+from .run import run_experiment
+from .testing import (
+                     TABLES_FOLDER,
+                     TESTS_STORE,
+                     VERDICTS_STORE,
+                     corpus_for_tests,
+                     plan_tests,
+                     run_tests,
+                     stored_tests,
+                     suite_tables,
+                     suite_tally,
+                     tested_configurations,
+                     write_tests_report,
+)
 
 __all__ = ["ALLOWABLE", "CONFIRM_HOURS", "CONFIRM_USD", "COVERAGE_COLUMNS", "Comparison", "ComparisonError",
            "ConfirmationNeeded", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment", "ExperimentError",
            "ExperimentRun", "FAILURE_COLUMNS", "FEW_QUESTIONS", "FIGURE_FORMATS", "HISTORY_COLUMNS", "JudgeSpec",
            "MARKER", "MAX_WINDOWS", "PLAN_COLUMNS", "PRICES", "PROBES_FILE", "PROBE_COLUMNS", "PROGRESS", "Plan",
-           "PlanInputs", "ProgressFile", "QuestionsSpec", "RANGES", "RUN_STATES", "STATE_LABELS", "ReportFiles",
-           "ReportSpec", "SystemSpec", "TALLY_COLUMNS", "caveats", "check_output", "check_range", "check_table",
-           "compare_runs", "compare_scores", "cost_of", "coverage", "failures", "find_runs", "keep_probes",
-           "kept_probes", "no_duplicates", "plan", "price_of", "price_text", "prices_from_table", "probe_endpoints",
-           "question_scores", "questions_hash", "read_manifest", "read_progress", "read_run", "resolve_path",
-           "run_differences", "run_experiment", "run_status", "scores_by_question", "spent", "stored", "stores",
-           "systems_from_tables", "tally", "write_json", "write_manifest", "write_marker", "write_report",
-           "history_markdown", "run_folders", "run_history"]
+           "PlanInputs", "ProgressFile", "QuestionsSpec", "RANGES", "RUN_STATES", "ReportFiles", "ReportSpec",
+           "STATE_LABELS", "SystemSpec", "TABLES_FOLDER", "TALLY_COLUMNS", "TESTS_STORE", "TestsSpec",
+           "VERDICTS_STORE", "caveats", "check_output", "check_range", "check_table", "column_sum", "compare_runs",
+           "compare_scores", "corpus_for_tests", "cost_of", "coverage", "failures", "find_runs", "history_markdown",
+           "keep_probes", "kept_probes", "no_duplicates", "plan", "plan_tests", "prepare_systems", "price_of",
+           "price_text", "prices_from_table", "probe_endpoints", "progress_bar", "question_scores", "questions_hash",
+           "read_manifest", "read_progress", "read_run", "record_failure", "resolve_path", "run_differences",
+           "run_experiment", "run_folders", "run_history", "run_status", "run_tests", "scores_by_question", "spent",
+           "stored", "stored_tests", "stores", "suite_tables", "suite_tally", "systems_from_tables", "tally",
+           "tested_configurations", "write_json", "write_manifest", "write_marker", "write_report",
+           "write_tests_report"]

@@ -13,7 +13,9 @@ import datetime as _dt
 import hashlib
 import importlib.metadata
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -21,8 +23,9 @@ from .. import __version__
 from .config import Experiment, ExperimentError, holds_other_files
 from .prices import cost_of
 
-__all__ = ["FAILURE_COLUMNS", "TALLY_COLUMNS", "check_output", "failures", "questions_hash", "read_manifest", "spent",
-           "stored", "stores", "tally", "write_json", "write_manifest"]
+__all__ = ["ExperimentRun", "FAILURE_COLUMNS", "TALLY_COLUMNS", "check_output", "column_sum", "failures",
+           "questions_hash", "read_manifest", "record_failure", "spent", "stored", "stores", "tally", "write_json",
+           "write_manifest"]
 
 TALLY_COLUMNS = ["system", "stage", "planned", "ok", "failed", "prompt_tokens", "completion_tokens", "cost_usd"]
 FAILURE_COLUMNS = ["system", "stage", "cause", "cells"]
@@ -176,7 +179,8 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _num(frame: pd.DataFrame, col: str) -> int:
+def column_sum(frame: pd.DataFrame, col: str) -> int:
+    """The sum of a column of counts (tokens), as an int; 0 for a missing column or an empty frame."""
     return int(pd.to_numeric(frame[col], errors="coerce").fillna(0).sum()) if col in frame and len(frame) else 0
 
 
@@ -203,14 +207,14 @@ def tally(exp: Experiment, questions: pd.DataFrame, held: tuple | None = None) -
     for spec in exp.systems:
         a = answers[answers["system"] == spec.name]
         priced_model = spec.endpoint.model if spec.uses_endpoint else ""
-        pt, ct = _num(a, "prompt_tokens"), _num(a, "completion_tokens")
+        pt, ct = column_sum(a, "prompt_tokens"), column_sum(a, "completion_tokens")
         rows.append({"system": spec.name, "stage": "answers", "planned": n_q * n_c * n_m,
                      "ok": int((a["status"] == "ok").sum()), "failed": int((a["status"] != "ok").sum()),
                      "prompt_tokens": pt, "completion_tokens": ct,
                      "cost_usd": cost_of(priced_model, exp.prices, pt, ct) if priced_model else None})
         s = scores[scores["system"] == spec.name]
         paid = s[s["cached"].astype("boolean").fillna(False) == False] if len(s) else s  # noqa: E712
-        pt, ct = _num(paid, "prompt_tokens"), _num(paid, "completion_tokens")
+        pt, ct = column_sum(paid, "prompt_tokens"), column_sum(paid, "completion_tokens")
         rows.append({"system": spec.name, "stage": "judge",
                      "planned": int((a["status"] == "ok").sum()) * len(exp.metrics) * exp.replicates,
                      "ok": int((s["status"] == "ok").sum()), "failed": int((s["status"] != "ok").sum()),
@@ -271,3 +275,51 @@ def failures(exp: Experiment, questions: pd.DataFrame, held: tuple | None = None
     if not frames:
         return pd.DataFrame(columns=FAILURE_COLUMNS)
     return pd.concat(frames, ignore_index=True)[FAILURE_COLUMNS]
+
+
+@dataclass
+class ExperimentRun:
+    """What :func:`run_experiment` did and where it wrote.
+
+    Attributes
+    ----------
+    output : Path
+    plan : Plan
+        The plan shown before the run.
+    tally : DataFrame
+        :func:`fabnb.experiment.tally` after the run.
+    status : str
+        ``finished``, ``stopped-by-budget``, ``dry-run``.
+    failures : DataFrame
+        system, stage, cause, cells (failed cells by cause; a rerun asks them again).
+    report : Path or None
+        ``summary.md`` (coverage next to every mean), beside ``report/`` (the analyses).
+    """
+
+    output: Path
+    plan: Any  # a fabnb.experiment.planning.Plan (planning reads this module)
+    tally: pd.DataFrame
+    status: str
+    failures: pd.DataFrame
+    report: Path | None = None
+
+    def __repr__(self) -> str:
+        return (f"ExperimentRun(status={self.status!r}, output={str(self.output)!r}, "
+                f"failed_cells={int(self.failures['cells'].sum()) if len(self.failures) else 0})")
+
+
+def record_failure(out: Path, manifest: dict, echo) -> None:
+    """Write the failed manifest; on a full disk, over the old one in place (its pages are already there)."""
+    import json
+
+    try:
+        write_manifest(out, manifest)
+    except OSError:
+        (out / "manifest.json.tmp").unlink(missing_ok=True)
+        data = json.dumps(manifest, separators=(",", ":"), default=str, allow_nan=False).encode()
+        try:
+            with open(out / "manifest.json", "r+b") as fh:
+                fh.write(data)
+                fh.truncate(len(data))
+        except OSError as exc:
+            echo(f"could not record the failure in {out / 'manifest.json'} ({exc}); its run reads 'running'.")

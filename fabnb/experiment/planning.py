@@ -21,12 +21,13 @@ from ..core.schema import RESULT_KEYS, SCORE_RECORD_KEYS
 from ..core.tokens import count_tokens
 from ..judge.geval import prompt_overhead
 from ..judge.rubrics import rubric_variant
-from .config import Experiment
+from ..rag.system import prepare_system
+from .config import Experiment, ExperimentError
 from .output import stores
 from .prices import cost_of, price_of, price_text
 
-__all__ = ["CONFIRM_HOURS", "CONFIRM_USD", "PLAN_COLUMNS", "PROBES_FILE", "PROBE_COLUMNS", "Plan", "PlanInputs",
-           "keep_probes", "kept_probes", "plan", "probe_endpoints"]
+__all__ = ["CONFIRM_HOURS", "CONFIRM_USD", "ConfirmationNeeded", "PLAN_COLUMNS", "PROBES_FILE", "PROBE_COLUMNS",
+           "Plan", "PlanInputs", "keep_probes", "kept_probes", "plan", "prepare_systems", "probe_endpoints"]
 
 PLAN_COLUMNS = ["system", "model", "stage", "calls", "done", "todo", "prompt_tokens", "completion_tokens",
                 "cost_usd", "price", "seconds"]
@@ -480,3 +481,18 @@ def plan(exp: Experiment, probe: bool = False, inputs: PlanInputs | None = None)
         rows.append(_answer_row(exp, spec, answers, speed, max_call))
         rows.append(_judge_row(exp, spec, judged, speed, max_call))
     return Plan(pd.DataFrame(rows, columns=PLAN_COLUMNS), probes, len(questions), max_call)
+
+
+class ConfirmationNeeded(ExperimentError):
+    """A plan above the confirmation threshold, started without ``yes``: nothing was asked."""
+
+
+def prepare_systems(exp: Experiment, built: dict) -> None:
+    """Let each system get ready for the windows before any question is asked (a framework calls its factory and
+    checks its pipelines); a refusal names the file and asks nothing."""
+    configs = exp.configs()
+    for system in built.values():
+        try:
+            prepare_system(system, configs)
+        except FabnbError as exc:
+            raise ExperimentError(f"{exp.source}: {exc} Nothing was asked.") from None

@@ -28,11 +28,12 @@ import os
 import time
 from pathlib import Path
 
+from ..core.bars import release_bar_lock
 from ..core.records import held_by
 from .output import now, write_json
 
-__all__ = ["MARKER", "PROGRESS", "RUN_STATES", "STATE_LABELS", "ProgressFile", "find_runs", "read_progress",
-           "run_status", "write_marker"]
+__all__ = ["MARKER", "PROGRESS", "ProgressFile", "RUN_STATES", "STATE_LABELS", "find_runs", "progress_bar",
+           "read_progress", "run_status", "write_marker"]
 
 #: The file that marks a folder as an experiment's run (JSON: its name, experiment file and fabnb version).
 MARKER = "run.fabnb"
@@ -294,3 +295,17 @@ def find_runs(root: str | Path, depth: int = 4) -> list[Path]:
 
     walk(root, 0)
     return sorted(found)
+
+
+def progress_bar(out: Path, answers: tuple[int, int], shown: bool) -> ProgressFile:
+    """One bar, a stage at a time, through progress.json (JupyterLab's runs sidebar reads it while the stages run);
+    ``answers`` is the first stage's done and planned."""
+    release_bar_lock()  # a stop that landed inside tqdm in an earlier run of this kernel left its lock held
+    bar = None
+    if shown:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=answers[1], desc="answers", unit="call")
+    progress = ProgressFile(out, bar, total=answers[1], desc="answers")
+    progress.start_stage("answers", *answers)
+    return progress

@@ -16,13 +16,11 @@ from typing import Callable
 import pandas as pd
 
 from .. import __version__
-from ..core.bars import release_bar_lock
-from ..core.errors import FabnbError
 from ..core.records import cut_records, hold
 from ..judge.rubrics import RUBRIC_VERSION, rubric_hash
-from ..rag.system import prepare_system
 from .config import Experiment, ExperimentError
 from .output import (
+    ExperimentRun,
     check_output,
     failures,
     file_hash,
@@ -30,6 +28,7 @@ from .output import (
     now,
     planned,
     questions_hash,
+    record_failure,
     spent,
     stored,
     stores,
@@ -37,43 +36,13 @@ from .output import (
     versions,
     write_manifest,
 )
-from .planning import Plan, PlanInputs, keep_probes, plan
+from .planning import ConfirmationNeeded, Plan, PlanInputs, keep_probes, plan, prepare_systems
 from .prices import price_of
-from .progress import MARKER, ProgressFile, write_marker
+from .progress import MARKER, ProgressFile, progress_bar, write_marker
 from .report import write_report
+from .testing import run_tests
 
 __all__ = ["ConfirmationNeeded", "ExperimentRun", "run_experiment"]
-
-
-@dataclass
-class ExperimentRun:
-    """What :func:`run_experiment` did and where it wrote.
-
-    Attributes
-    ----------
-    output : Path
-    plan : Plan
-        The plan shown before the run.
-    tally : DataFrame
-        :func:`fabnb.experiment.tally` after the run.
-    status : str
-        ``finished``, ``stopped-by-budget``, ``dry-run``.
-    failures : DataFrame
-        system, stage, cause, cells (failed cells by cause; a rerun asks them again).
-    report : Path or None
-        ``summary.md`` (coverage next to every mean), beside ``report/`` (the analyses).
-    """
-
-    output: Path
-    plan: Plan
-    tally: pd.DataFrame
-    status: str
-    failures: pd.DataFrame
-    report: Path | None = None
-
-    def __repr__(self) -> str:
-        return (f"ExperimentRun(status={self.status!r}, output={str(self.output)!r}, "
-                f"failed_cells={int(self.failures['cells'].sum()) if len(self.failures) else 0})")
 
 
 def _budget_limit(exp: Experiment, stage: str, plan_: Plan, questions: pd.DataFrame) -> int | None:
@@ -214,10 +183,6 @@ def run_experiment(exp: Experiment | str | Path, *, dry_run: bool = False, probe
             raise
 
 
-class ConfirmationNeeded(ExperimentError):
-    """A plan above the confirmation threshold, started without ``yes``: nothing was asked."""
-
-
 @dataclass(frozen=True)
 class _Options:
     """The caller's choices for one run (:func:`run_experiment`'s keywords)."""
@@ -234,12 +199,10 @@ def _run(exp: Experiment, opts: _Options) -> ExperimentRun:
     """Check the folder, read and build once, plan; then, unless a dry run, check and start the stages."""
     old = check_output(exp, opts.moved)
     if exp.tests is not None:  # RAG-TESTER: tests written from the corpus, not FAB-Bench questions
-        from .testing import run_tests
-
         return run_tests(exp, opts, old)
     inputs = _inputs(exp, build=opts.probe or not opts.dry_run)
     if not opts.dry_run:
-        _prepare(exp, inputs.built)
+        prepare_systems(exp, inputs.built)
     plan_ = plan(exp, probe=opts.probe, inputs=inputs)
     opts.echo(plan_.render())
     if opts.dry_run:
@@ -264,17 +227,6 @@ def _inputs(exp: Experiment, build: bool) -> PlanInputs:
     if build:
         inputs.built = {s.name: s.build(inputs.chunks, exp.concurrency, documents, chunking) for s in exp.systems}
     return inputs
-
-
-def _prepare(exp: Experiment, built: dict) -> None:
-    """Let each system get ready for the windows before any question is asked (a framework calls its factory and
-    checks its pipelines); a refusal names the file and asks nothing."""
-    configs = exp.configs()
-    for system in built.values():
-        try:
-            prepare_system(system, configs)
-        except FabnbError as exc:
-            raise ExperimentError(f"{exp.source}: {exc} Nothing was asked.") from None
 
 
 def _refuse_dead_endpoints(exp: Experiment, plan_: Plan) -> None:
@@ -315,7 +267,7 @@ def _save(exp: Experiment, manifest: dict, questions: pd.DataFrame, status: str,
 def _stages(exp: Experiment, inputs: PlanInputs, plan_: Plan, manifest: dict, opts: _Options) -> ExperimentRun:
     """Answers, judge scores and the report, the manifest saved after each; a stop or a failure is recorded."""
     questions = inputs.questions
-    bar = _progress_bar(exp.output, _stage_counts(plan_, "answers"), opts.progress)
+    bar = progress_bar(exp.output, _stage_counts(plan_, "answers"), opts.progress)
     try:
         finished = _answer_stage(exp, [inputs.built[s.name] for s in exp.systems], questions, plan_, bar)
         _save(exp, manifest, questions, "running")
@@ -340,20 +292,6 @@ def _stage_counts(plan_: Plan, stage: str) -> tuple[int, int]:
     return int(rows["done"].sum()), int(rows["calls"].sum())
 
 
-def _progress_bar(out: Path, answers: tuple[int, int], shown: bool) -> ProgressFile:
-    """One bar, a stage at a time, through progress.json (JupyterLab's runs sidebar reads it while the stages run);
-    ``answers`` is the first stage's done and planned."""
-    release_bar_lock()  # a stop that landed inside tqdm in an earlier run of this kernel left its lock held
-    bar = None
-    if shown:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=answers[1], desc="answers", unit="call")
-    progress = ProgressFile(out, bar, total=answers[1], desc="answers")
-    progress.start_stage("answers", *answers)
-    return progress
-
-
 def _record_end(exp: Experiment, manifest: dict, questions: pd.DataFrame, bar: ProgressFile, exc: BaseException,
                 echo) -> None:
     """Ctrl-C, the kernel's stop button, SIGTERM from fabnb's JupyterLab extension: ``stopped``, a stop a rerun
@@ -365,7 +303,7 @@ def _record_end(exp: Experiment, manifest: dict, questions: pd.DataFrame, bar: P
     except Exception:  # noqa: BLE001 - a store that cannot be read now must not hide why the run ended
         pass
     bar.close(status)
-    _record_failure(exp.output, manifest, echo)
+    record_failure(exp.output, manifest, echo)
 
 
 def _tally_into(manifest: dict, exp: Experiment, t: pd.DataFrame) -> None:
@@ -378,23 +316,6 @@ def _endpoint_of(signatures: dict, name: str) -> str | None:
     """The endpoint a manifest's signatures record for a system, or for ``"judge"``."""
     sig = signatures.get("judge", {}) if name == "judge" else signatures.get("systems", {}).get(name, {})
     return sig.get("endpoint")
-
-
-def _record_failure(out: Path, manifest: dict, echo) -> None:
-    """Write the failed manifest; on a full disk, over the old one in place (its pages are already there)."""
-    import json
-
-    try:
-        write_manifest(out, manifest)
-    except OSError:
-        (out / "manifest.json.tmp").unlink(missing_ok=True)
-        data = json.dumps(manifest, separators=(",", ":"), default=str, allow_nan=False).encode()
-        try:
-            with open(out / "manifest.json", "r+b") as fh:
-                fh.write(data)
-                fh.truncate(len(data))
-        except OSError as exc:
-            echo(f"could not record the failure in {out / 'manifest.json'} ({exc}); its run reads 'running'.")
 
 
 def _summary_line(exp: Experiment, t: pd.DataFrame, failed: pd.DataFrame, status: str,

@@ -30,12 +30,13 @@ import pandas as pd
 from .. import __version__
 from ..core.records import ResultsStore
 from .config import Experiment
-from .output import json_records, now, write_manifest
-from .planning import PLAN_COLUMNS, Plan
+from .output import ExperimentRun, json_records, now, record_failure, write_manifest
+from .planning import PLAN_COLUMNS, ConfirmationNeeded, Plan, prepare_systems
 from .prices import cost_of, price_of, price_text
+from .progress import progress_bar
 
-__all__ = ["TABLES_FOLDER", "TESTS_STORE", "VERDICTS_STORE", "plan_tests", "run_tests", "stored_tests",
-           "test_configurations", "tests_corpus", "tests_tables", "tests_tally", "write_tests_report"]
+__all__ = ["TABLES_FOLDER", "TESTS_STORE", "VERDICTS_STORE", "corpus_for_tests", "plan_tests", "run_tests",
+           "stored_tests", "suite_tables", "suite_tally", "tested_configurations", "write_tests_report"]
 
 TESTS_STORE = "tests.jsonl"
 VERDICTS_STORE = "verdicts.jsonl"
@@ -51,7 +52,7 @@ def _store(out: Path) -> ResultsStore:
     return ResultsStore(out / TESTS_STORE, keys=("part",), columns=_PART_COLUMNS)
 
 
-def tests_corpus(exp: Experiment):
+def corpus_for_tests(exp: Experiment):
     """The corpus the tests are written from (``[tests] documents`` of them, drawn with the seed) and its chunks."""
     import warnings
 
@@ -168,7 +169,7 @@ def _as_questions(exp: Experiment, tests: pd.DataFrame) -> pd.DataFrame:
     return q
 
 
-def test_configurations(exp: Experiment) -> dict:
+def tested_configurations(exp: Experiment) -> dict:
     """``system -> (llm, embedding)`` as the study's tables name a configuration: the system's model and its
     retriever (its kind for a system that retrieves on its own)."""
     return {s.name: (s.model, s.retriever if s.kind == "reference" else s.kind) for s in exp.systems}
@@ -249,9 +250,9 @@ def _stored(exp: Experiment) -> tuple[pd.DataFrame, pd.DataFrame]:
     return keep(answers), keep(verdicts)
 
 
-def tests_tally(exp: Experiment) -> pd.DataFrame:
+def suite_tally(exp: Experiment) -> pd.DataFrame:
     """What the stores hold, per system and stage (tests, answers, oracle): :data:`fabnb.experiment.TALLY_COLUMNS`."""
-    from .output import TALLY_COLUMNS, _num
+    from .output import TALLY_COLUMNS, column_sum
 
     answers, verdicts = _stored(exp)
     parts = _store(exp.output).frame() if exp.output.exists() else pd.DataFrame()
@@ -262,7 +263,7 @@ def tests_tally(exp: Experiment) -> pd.DataFrame:
                                             ("oracle", verdicts, exp.judge.model, True)):
             f = frame[frame["system"] == spec.name] if len(frame) else frame
             ok = f[f["status"] == "ok"] if len(f) else f
-            pt, ct = _num(f, "prompt_tokens"), _num(f, "completion_tokens")
+            pt, ct = column_sum(f, "prompt_tokens"), column_sum(f, "completion_tokens")
             rows.append({"system": spec.name, "stage": stage, "planned": len(f), "ok": len(ok),
                          "failed": len(f) - len(ok), "prompt_tokens": pt, "completion_tokens": ct,
                          "cost_usd": cost_of(model, exp.prices, pt, ct) if priced else None})
@@ -274,7 +275,7 @@ def _limit(exp: Experiment, plan_: Plan, stage: str) -> int | None:
     if exp.budget_usd is None:
         return None
     per_call = max([c or 0.0 for (s, _), c in plan_.max_call_cost.items() if s == stage] or [0.0])
-    left = exp.budget_usd - float(pd.to_numeric(tests_tally(exp)["cost_usd"], errors="coerce").fillna(0).sum())
+    left = exp.budget_usd - float(pd.to_numeric(suite_tally(exp)["cost_usd"], errors="coerce").fillna(0).sum())
     return None if per_call <= 0 and left >= 0 else max(0, math.floor(left / per_call)) if per_call > 0 else 0
 
 
@@ -287,23 +288,22 @@ def run_tests(exp: Experiment, opts, old: dict | None):
     ``opts``: :func:`fabnb.experiment.run_experiment`'s options; ``old``: the folder's manifest (None: new).
     Returns :class:`fabnb.experiment.ExperimentRun`.
     """
-    from .run import ConfirmationNeeded, ExperimentRun, _prepare, _progress_bar, _record_failure
 
-    corpus, chunks = tests_corpus(exp)
+    corpus, chunks = corpus_for_tests(exp)
     plan_ = plan_tests(exp, chunks)
     opts.echo(plan_.render() + "\n(tests: a row's calls are documents; its tokens count up to three tries per "
                                "test kept; the answers and oracle rows count the tests asked for)")
     if opts.dry_run:
-        return ExperimentRun(exp.output, plan_, tests_tally(exp), "dry-run", pd.DataFrame())
+        return ExperimentRun(exp.output, plan_, suite_tally(exp), "dry-run", pd.DataFrame())
     reason = None if opts.yes else plan_.confirmation(exp)
     if reason:
         raise ConfirmationNeeded(f"{exp.source}: {reason}")
     chunking = {"chunk_size": exp.chunk_size, "chunk_overlap": exp.chunk_overlap}
     built = {s.name: s.build(chunks, exp.concurrency, corpus, chunking) for s in exp.systems}
-    _prepare(exp, built)
+    prepare_systems(exp, built)
     manifest = _manifest(exp, old, plan_)
     write_manifest(exp.output, manifest)
-    bar = _progress_bar(exp.output, (0, 2 * _n_docs(exp, chunks)), opts.progress)
+    bar = progress_bar(exp.output, (0, 2 * _n_docs(exp, chunks)), opts.progress)
     bar.start_stage("tests", 0, 2 * _n_docs(exp, chunks) + exp.tests.rounds)
     try:
         status = _stages(exp, chunks, list(built.values()), plan_, bar)
@@ -314,9 +314,9 @@ def run_tests(exp: Experiment, opts, old: dict | None):
     except BaseException as exc:
         manifest["runs"][-1].update(ended=now(), status="stopped" if isinstance(exc, KeyboardInterrupt) else
                                     "failed", cause=f"{type(exc).__name__}: {exc}"[:500])
-        manifest["stages"] = json_records(tests_tally(exp))
+        manifest["stages"] = json_records(suite_tally(exp))
         bar.close(manifest["runs"][-1]["status"])
-        _record_failure(exp.output, manifest, opts.echo)
+        record_failure(exp.output, manifest, opts.echo)
         raise
     said = "; ".join(f"{r.system} {r.stage} {r.ok:,} ok" + (f", {r.failed:,} failed" if r.failed else "")
                      for r in t.itertuples())
@@ -337,7 +337,7 @@ def _manifest(exp: Experiment, old: dict | None, plan_: Plan) -> dict:
 
 
 def _save(exp: Experiment, manifest: dict, status: str) -> pd.DataFrame:
-    t = tests_tally(exp)
+    t = suite_tally(exp)
     manifest["runs"][-1].update(ended=now(), status=status)
     manifest["stages"] = json_records(t)
     manifest["spent_usd"] = float(pd.to_numeric(t["cost_usd"], errors="coerce").fillna(0).sum())
@@ -399,7 +399,7 @@ def _configuration(exp: Experiment, verdicts: pd.DataFrame) -> pd.Series:
     return name
 
 
-def tests_tables(exp: Experiment, chunks: pd.DataFrame) -> dict:
+def suite_tables(exp: Experiment, chunks: pd.DataFrame) -> dict:
     """Every table of a ``[tests]`` run's folder: the study's (:data:`fabnb.tester.study.TABLES`), ``coverage``
     (:func:`fabnb.tester.coverage.coverage_table`), ``attribution`` and ``attribution_by_configuration``
     (:mod:`fabnb.tester.attribution`), ``failure_kinds`` (the abstract's failure types per configuration) and
@@ -414,7 +414,7 @@ def tests_tables(exp: Experiment, chunks: pd.DataFrame) -> dict:
     verdicts = verdict_store(exp.output / VERDICTS_STORE).frame()
     verdicts = verdicts[verdicts["test_id"].isin(suite.tests["test_id"])
                         & verdicts["system"].isin([s.name for s in exp.systems])].reset_index(drop=True)
-    configs = test_configurations(exp)
+    configs = tested_configurations(exp)
     source = suite.tests.set_index("test_id")["source_doc"]
     named = verdicts.assign(configuration=_configuration(exp, verdicts),
                             llm=verdicts["system"].map(lambda s: configs[s][0]),
@@ -441,12 +441,12 @@ def tests_tables(exp: Experiment, chunks: pd.DataFrame) -> dict:
 
 def write_tests_report(exp: Experiment, chunks: pd.DataFrame) -> Path:
     """``report/tests/<table>.csv`` and ``summary.md`` of a ``[tests]`` run, from the stores as they are."""
-    tables = tests_tables(exp, chunks)
+    tables = suite_tables(exp, chunks)
     folder = exp.output / TABLES_FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     for name, frame in tables.items():
         frame.to_csv(folder / f"{name}.csv", index=False)
-    t = tests_tally(exp)
+    t = suite_tally(exp)
     n_tests = len(tables["tests"])
     lines = [f"# {exp.name}: RAG-TESTER", "", f"Made by fabnb {__version__} from `{exp.source}` at {now()}.", "",
              "## Caveats", ""]

@@ -66,6 +66,22 @@ def panel_labels(items: pd.DataFrame, panel: dict) -> pd.DataFrame:
         failed (the majority; None on a tie), tie. ``attrs["alpha"]`` is Krippendorff's
         alpha (nominal) between members, ``attrs["pair_agreement"]`` the share of member
         pairs that agree.
+
+    Examples
+    --------
+    Any object with the LLM's ``complete`` is a member (here, three that always vote the same way):
+
+    >>> from types import SimpleNamespace
+    >>> class Member:
+    ...     def __init__(self, says):
+    ...         self.says = says
+    ...     def complete(self, prompt, **kwargs):
+    ...         return SimpleNamespace(text='{"failed": "%s", "reason": "r"}' % self.says)
+    >>> items = pd.DataFrame({"item_id": ["i1"], "question": ["q?"], "expected_answer": ["a"], "evidence": ["e"],
+    ...                       "answer": ["b"]})
+    >>> labels = panel_labels(items, {"a": Member("true"), "b": Member("true"), "c": Member("false")})
+    >>> labels[["item_id", "votes", "failed", "tie"]].values.tolist()
+    [['i1', 3, True, False]]
     """
     if not panel:
         raise ValueError("panel is empty: pass the LLMs that vote, e.g. {'a': LLM(...), 'b': LLM(...), ...}.")
