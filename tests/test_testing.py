@@ -255,3 +255,31 @@ def test_a_tests_run_killed_at_each_stage_resumes_asking_only_what_is_missing(tm
     answers_total = len(tests) * 2 * 2
     assert sum(1 for r in resumed if "Judge it on five criteria" in r["messages"][-1]["content"]) \
         <= answers_total - stored["oracle"]
+
+
+@pytest.mark.model
+def test_the_tests_example_runs_end_to_end_on_the_embedded_model(tmp_path):
+    """``fabnb run examples/tests.toml`` as a user types it: one document, one test per generator, the embedded
+    model as tester, system and oracle."""
+    out = tmp_path / "tests-demo"
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "fabnb.cli", "run", str(ROOT / "examples" / "tests.toml"),
+                           "--out", str(out), "--no-progress"], capture_output=True, text=True, timeout=1500,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    seconds = time.perf_counter() - start
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "tester" in done.stdout and "oracle" in done.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["runs"][-1]["status"] == "finished"
+    stages = {(s["system"], s["stage"]): s for s in manifest["stages"]}
+    assert stages[("tester", "tests")]["ok"] == 2  # the document's tests and its fair baseline
+    tests = pd.read_csv(out / "report" / "tests" / "tests.csv")
+    answers = stages[("local-bm25", "answers")]
+    assert answers["ok"] + answers["failed"] == len(tests) * 2 and answers["ok"] > 0
+    oracle = stages[("local-bm25", "oracle")]
+    assert oracle["ok"] > 0  # a small model breaks its JSON now and then; those verdicts are recorded
+    for name in ("failures_by_configuration", "coverage", "attribution"):
+        assert (out / "report" / "tests" / f"{name}.csv").exists(), name
+    summary = (out / "summary.md").read_text()
+    assert "tests: every failure rate has a wide interval" in summary
+    print(f"tests example: {seconds:.0f} s; {len(tests)} tests, {oracle['ok']} verdicts")

@@ -68,6 +68,7 @@ class Plan:
         endpoint, model_reported, latency_s, completion_tokens, prompt_latency_s, prompt_tokens,
         error, s_per_completion_token, s_per_prompt_token.
     n_questions : int
+        The questions asked (for a ``[tests]`` run, the tests: ``unit``).
     max_call_cost : dict
         ``{(stage, system): dollars}`` of the dearest call a stage can make (None: no known price).
     """
@@ -76,6 +77,7 @@ class Plan:
     probes: pd.DataFrame
     n_questions: int
     max_call_cost: dict
+    unit: str = "question"  # what n_questions counts ("test" for a [tests] run)
 
     @property
     def total_cost(self) -> float | None:
@@ -118,7 +120,7 @@ class Plan:
             t[col] = [f"{int(v):,}" for v in t[col]]
         total = self.total_cost
         secs = self.table["seconds"]
-        questions = f"{self.n_questions} question{'' if self.n_questions == 1 else 's'}"
+        questions = f"{self.n_questions} {self.unit}{'' if self.n_questions == 1 else 's'}"
         lines = [f"plan: {questions}; {int(self.table['calls'].sum()):,} calls planned, "
                  f"{int(self.table['done'].sum()):,} done, {int(self.table['todo'].sum()):,} to do",
                  t.drop(columns=["price"]).to_string(index=False),

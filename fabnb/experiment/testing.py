@@ -42,7 +42,7 @@ TESTS_STORE = "tests.jsonl"
 VERDICTS_STORE = "verdicts.jsonl"
 #: Where the study's tables go, inside the run's folder.
 TABLES_FOLDER = Path("report") / "tests"
-_PART_COLUMNS = ["part", "doc_id", "tests", "rejected", "status"]
+_PART_COLUMNS = ["part", "doc_id", "tests", "rejected", "status", "prompt_tokens", "completion_tokens"]
 _TRIES = 3  # a generator tries up to three passages per test it keeps (fabnb.qa.testcases)
 _GEN_PROMPT, _GEN_REPLY = 700, 200  # tokens of a test-writing call: a chunk and the instructions; the JSON
 _ORACLE_PROMPT, _ORACLE_REPLY = 600, 120
@@ -84,11 +84,23 @@ def _suite(records: list[dict]):
     return TestSuite(tests, rejected)
 
 
-def _keep(store: ResultsStore, part: str, doc: str, suite) -> dict:
+def _tokens(llm) -> tuple[int, int]:
+    """The tester's tokens so far, of calls the cache did not serve."""
+    u = llm.usage
+    paid = u[~u["cached"].astype(bool)] if len(u) else u
+    return int(paid["prompt_tokens"].sum()), int(paid["completion_tokens"].sum())
+
+
+def _keep(store: ResultsStore, part: str, doc: str, suite, spent: tuple[int, int] = (0, 0)) -> dict:
     record = {"part": part, "doc_id": doc, "tests": json_records(suite.tests), "rejected":
-              json_records(suite.rejected), "status": "ok"}
+              json_records(suite.rejected), "status": "ok", "prompt_tokens": spent[0], "completion_tokens": spent[1]}
     store.append(record)
     return record
+
+
+def _since(llm, before: tuple[int, int]) -> tuple[int, int]:
+    now_ = _tokens(llm)
+    return now_[0] - before[0], now_[1] - before[1]
 
 
 def _mark_tests(tracker, suite) -> None:
@@ -116,15 +128,19 @@ def _write_tests(exp: Experiment, chunks: pd.DataFrame, tester, bar):
             records.append(have[part])
             _mark_tests(tracker, _suite([have[part]]))
         else:
+            before = _tokens(tester)
             suite = document_tests(chunks, doc, d, tester, _counts(exp), tracker, vectors=vectors, seed=exp.seed)
-            records.append(_keep(store, part, doc, suite))
+            records.append(_keep(store, part, doc, suite, _since(tester, before)))
         bar.update(1)
     if all(f"fair:{doc}" in have for doc in docs):
         fair = [have[f"fair:{doc}"] for doc in docs]
     else:
+        before = _tokens(tester)
         suites = fair_baselines(chunks, [_suite([r]) for r in records], tester, exp.tests.n_baseline,
                                 vectors=vectors, seed=exp.seed)
-        fair = [_keep(store, f"fair:{doc}", doc, s) for doc, s in zip(docs, suites)]
+        spent = _since(tester, before)  # the fair baselines' tokens, on the first document's record
+        fair = [_keep(store, f"fair:{doc}", doc, s, spent if i == 0 else (0, 0))
+                for i, (doc, s) in enumerate(zip(docs, suites))]
     bar.update(len(docs))
     return number_tests(_suite(records + fair)), tracker
 
@@ -154,16 +170,22 @@ def _round_tests(exp: Experiment, chunks, tester, tracker, round_: int, answers:
         suite = _suite([have[part]])
         _mark_tests(tracker, suite)
     else:
+        before = _tokens(tester)
         suite = coverage_round(chunks, tester, exp.tests.n_coverage, tracker, round_, seed=exp.seed)
-        _keep(store, part, "", suite)
+        _keep(store, part, "", suite, _since(tester, before))
     bar.update(1)
     return suite
 
 
-def _as_questions(exp: Experiment, tests: pd.DataFrame) -> pd.DataFrame:
+def _as_questions(exp: Experiment, tests: pd.DataFrame, chunks: pd.DataFrame) -> pd.DataFrame:
+    """The tests as grid questions. A negative test's mode-B context is the passage it was written from: on its
+    topic, without its answer, so the system must still decline."""
     from ..judge import LOCATION_REQUEST, tests_as_questions
 
     q = tests_as_questions(tests)
+    text = chunks.set_index("chunk_id")["text"]
+    negative = (tests["kind"] == "negative").to_numpy()
+    q.loc[negative, "gold_context"] = tests.loc[negative, "source_chunk"].map(text).fillna("").to_numpy()
     if exp.tests.ask_location:
         q["question"] = q["question"] + LOCATION_REQUEST
     return q
@@ -218,7 +240,7 @@ def plan_tests(exp: Experiment, chunks: pd.DataFrame, tests: pd.DataFrame | None
                          priced=spec.uses_endpoint))
         rows.append(_row(exp, spec.name, exp.judge.model, "oracle", n_tests * cells, len(v),
                          max(0, n_tests * cells - len(v)), _ORACLE_PROMPT, _ORACLE_REPLY, max_call))
-    return Plan(pd.DataFrame(rows, columns=PLAN_COLUMNS), pd.DataFrame(), n_tests, max_call)
+    return Plan(pd.DataFrame(rows, columns=PLAN_COLUMNS), pd.DataFrame(), n_tests, max_call, unit="test")
 
 
 def _row(exp, system, model, stage, calls, done, todo_calls, prompt, reply, max_call, priced=True) -> dict:
@@ -256,14 +278,17 @@ def suite_tally(exp: Experiment) -> pd.DataFrame:
 
     answers, verdicts = _stored(exp)
     parts = _store(exp.output).frame() if exp.output.exists() else pd.DataFrame()
+    pt, ct = column_sum(parts, "prompt_tokens"), column_sum(parts, "completion_tokens")
     rows = [{"system": "tester", "stage": "tests", "planned": 2 * _n_docs(exp, None) or len(parts),
-             "ok": len(parts), "failed": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": None}]
+             "ok": len(parts), "failed": 0, "prompt_tokens": pt, "completion_tokens": ct,
+             "cost_usd": cost_of(exp.tests.endpoint.model, exp.prices, pt, ct)}]
     for spec in exp.systems:
         for stage, frame, model, priced in (("answers", answers, spec.endpoint.model, spec.uses_endpoint),
                                             ("oracle", verdicts, exp.judge.model, True)):
             f = frame[frame["system"] == spec.name] if len(frame) else frame
             ok = f[f["status"] == "ok"] if len(f) else f
-            pt, ct = column_sum(f, "prompt_tokens"), column_sum(f, "completion_tokens")
+            paid = f[f["cached"].astype("boolean").fillna(False) == False] if "cached" in f and len(f) else f  # noqa: E712
+            pt, ct = column_sum(paid, "prompt_tokens"), column_sum(paid, "completion_tokens")
             rows.append({"system": spec.name, "stage": stage, "planned": len(f), "ok": len(ok),
                          "failed": len(f) - len(ok), "prompt_tokens": pt, "completion_tokens": ct,
                          "cost_usd": cost_of(model, exp.prices, pt, ct) if priced else None})
@@ -357,7 +382,7 @@ def _stages(exp: Experiment, chunks, systems: list, plan_: Plan, bar) -> str:
 
     def answer(tests: pd.DataFrame) -> bool:
         bar.start_stage("answers", *_done_of(plan_, "answers", a_store, exp))
-        grid = run_grid(systems, _as_questions(exp, tests), exp.configs(), a_store, modes=exp.modes,
+        grid = run_grid(systems, _as_questions(exp, tests, chunks), exp.configs(), a_store, modes=exp.modes,
                         concurrency=exp.concurrency, progress=bar, limit=_limit(exp, plan_, "answers"))
         return not grid.deferred
 

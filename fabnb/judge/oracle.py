@@ -247,7 +247,8 @@ def oracle_verdict(llm, question: str, answer: str, expected: str, evidence: str
     Returns
     -------
     dict
-        failed (bool), mean, the five criteria, reason, refusal, injection_flag, judge_model.
+        failed (bool), mean, the five criteria, reason, refusal, injection_flag, judge_model, and for a
+        call made prompt_tokens, completion_tokens and cached.
     """
     flags = "; ".join(injection_flags(answer))
     text = _without_location(answer)
@@ -263,7 +264,7 @@ def oracle_verdict(llm, question: str, answer: str, expected: str, evidence: str
                             validate=lambda d: _read_refusal(d.text))
         declines, states, why = _read_refusal(done.text)
         failed = not declines or states
-        return {**out, "failed": failed, "mean": 0.0 if failed else 1.0, "judge_model": llm.model,
+        return {**out, **_spent(done), "failed": failed, "mean": 0.0 if failed else 1.0, "judge_model": llm.model,
                 "reason": why or ("declined, as a negative-rejection test requires" if not failed else
                                   "states an answer the corpus does not hold")}
     done = llm.complete(oracle_prompt(question, text, expected, evidence, keywords), max_tokens=300,
@@ -271,8 +272,15 @@ def oracle_verdict(llm, question: str, answer: str, expected: str, evidence: str
                         validate=lambda d: read_verdicts(d.text))
     data, verdicts = read_verdicts(done.text)
     failed, mean = oracle_rule(verdicts, threshold)
-    return {"failed": failed, "mean": mean, **verdicts, "reason": str(data.get("reason", "")),
+    return {**_spent(done), "failed": failed, "mean": mean, **verdicts, "reason": str(data.get("reason", "")),
             "refusal": is_refusal(text), "injection_flag": flags, "judge_model": llm.model}
+
+
+def _spent(done) -> dict:
+    """A call's tokens and whether the cache served it (a cached reply costs nothing)."""
+    return {"prompt_tokens": int(getattr(done, "prompt_tokens", 0) or 0),
+            "completion_tokens": int(getattr(done, "completion_tokens", 0) or 0),
+            "cached": bool(getattr(done, "cached", False))}
 
 
 def _read_refusal(text: str) -> tuple[bool, bool, str]:
@@ -340,8 +348,8 @@ def tests_as_questions(tests: pd.DataFrame) -> pd.DataFrame:
 VERDICT_KEYS = RESULT_KEYS
 VERDICT_COLUMNS = [*VERDICT_KEYS, "generator", "kind", "failed", "mean", *ORACLE_CRITERIA, "refusal",
                    "gold_retrieved", "passage_retrieved", "location_match", "span_match", "failure_type",
-                   "failure_kind", "threshold", "evidence_used", "reason", "injection_flag", "judge_model", "status",
-                   "cause"]
+                   "failure_kind", "threshold", "evidence_used", "reason", "injection_flag", "judge_model",
+                   "prompt_tokens", "completion_tokens", "cached", "status", "cause"]
 
 
 def verdict_store(path: str | Path) -> ResultsStore:
