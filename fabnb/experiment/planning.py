@@ -78,6 +78,7 @@ class Plan:
     n_questions: int
     max_call_cost: dict
     unit: str = "question"  # what n_questions counts ("test" for a [tests] run)
+    note: str | None = None  # how the tokens were estimated, when not as for FAB-Bench questions
 
     @property
     def total_cost(self) -> float | None:
@@ -127,8 +128,9 @@ class Plan:
                  "cost to do: " + ("unknown (a model has no known price; add it under [prices])" if total is None
                                    else f"${total:,.4f}") + "; time to do: "
                  + (unmeasured if secs.isna().any() else _duration(float(secs.sum())))
-                 + " (tokens: prompts counted with tiktoken from the real retrieval; answers at the length of the gold "
-                   "answer, capped by the output budget; judge replies at the reason limit)"]
+                 + (f" ({self.note})" if self.note else
+                    " (tokens: prompts counted with tiktoken from the real retrieval; answers at the length of the "
+                    "gold answer, capped by the output budget; judge replies at the reason limit)")]
         if len(self.probes):
             lines.append("probes: " + "; ".join(
                 f"{r.endpoint}: " + (f"error {r.error}" if r.error else

@@ -240,7 +240,10 @@ def plan_tests(exp: Experiment, chunks: pd.DataFrame, tests: pd.DataFrame | None
                          priced=spec.uses_endpoint))
         rows.append(_row(exp, spec.name, exp.judge.model, "oracle", n_tests * cells, len(v),
                          max(0, n_tests * cells - len(v)), _ORACLE_PROMPT, _ORACLE_REPLY, max_call))
-    return Plan(pd.DataFrame(rows, columns=PLAN_COLUMNS), pd.DataFrame(), n_tests, max_call, unit="test")
+    note = (f"tests: the tester's calls are counted in documents, {_GEN_PROMPT} prompt and {_GEN_REPLY} reply tokens a "
+            "try, up to three tries a test kept; answers: the window's context, 200 reply tokens; oracle: "
+            f"{_ORACLE_PROMPT} and {_ORACLE_REPLY}; the tests' number is what [tests] asks until they are written")
+    return Plan(pd.DataFrame(rows, columns=PLAN_COLUMNS), pd.DataFrame(), n_tests, max_call, unit="test", note=note)
 
 
 def _row(exp, system, model, stage, calls, done, todo_calls, prompt, reply, max_call, priced=True) -> dict:
@@ -316,8 +319,7 @@ def run_tests(exp: Experiment, opts, old: dict | None):
 
     corpus, chunks = corpus_for_tests(exp)
     plan_ = plan_tests(exp, chunks)
-    opts.echo(plan_.render() + "\n(tests: a row's calls are documents; its tokens count up to three tries per "
-                               "test kept; the answers and oracle rows count the tests asked for)")
+    opts.echo(plan_.render())
     if opts.dry_run:
         return ExperimentRun(exp.output, plan_, suite_tally(exp), "dry-run", pd.DataFrame())
     reason = None if opts.yes else plan_.confirmation(exp)
