@@ -31,7 +31,12 @@ __all__ = ["answers_http", "answers_tcp", "free_port", "port_free", "start_proce
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` now (the OS picks it)."""
+    """A TCP port free on ``host`` now (the OS picks it).
+
+    >>> port = free_port()
+    >>> 1024 <= port <= 65535 and port_free(port)
+    True
+    """
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
@@ -71,6 +76,10 @@ def start_process(command: list[str], *, env: dict | None = None, cwd=None, stdo
 
     The child takes SIGINT as a Python program does (``KeyboardInterrupt``) even when this process ignores it.
     With ``die_with_parent`` (Linux) the child gets SIGTERM when this process dies, even by SIGKILL.
+
+    >>> proc = start_process([sys.executable, "-c", "pass"])
+    >>> proc.wait(30)
+    0
     """
     preexec = _interruptible_dying_with_parent if die_with_parent and sys.platform == "linux" else _interruptible
     return subprocess.Popen(command, stdout=stdout, stderr=subprocess.STDOUT if stdout is not None else None,
@@ -79,7 +88,12 @@ def start_process(command: list[str], *, env: dict | None = None, cwd=None, stdo
 
 
 def wait_ready(proc: subprocess.Popen, ready, timeout: float, interval: float = 0.25) -> str:
-    """Poll ``ready()`` until it is true: ``"ready"``, ``"exited"`` (the child ended first) or ``"timeout"``."""
+    """Poll ``ready()`` until it is true: ``"ready"``, ``"exited"`` (the child ended first) or ``"timeout"``.
+
+    >>> proc = start_process([sys.executable, "-c", "pass"])
+    >>> wait_ready(proc, lambda: False, timeout=30)  # it ends before it is ever ready
+    'exited'
+    """
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
@@ -92,7 +106,12 @@ def wait_ready(proc: subprocess.Popen, ready, timeout: float, interval: float = 
 
 
 def stop_process(proc: subprocess.Popen | None, grace: float = 10.0) -> bool:
-    """Stop a child: SIGTERM, then SIGKILL after ``grace`` seconds; always reaped. True if it was running."""
+    """Stop a child: SIGTERM, then SIGKILL after ``grace`` seconds; always reaped. True if it was running.
+
+    >>> proc = start_process([sys.executable, "-c", "import time; time.sleep(30)"])
+    >>> stop_process(proc), stop_process(proc)  # the second finds it stopped already
+    (True, False)
+    """
     if proc is None or proc.poll() is not None:
         return False
     proc.terminate()
@@ -105,7 +124,11 @@ def stop_process(proc: subprocess.Popen | None, grace: float = 10.0) -> bool:
 
 
 def answers_tcp(host: str, port: int) -> bool:
-    """Whether something accepts TCP connections at ``host:port``."""
+    """Whether something accepts TCP connections at ``host:port``.
+
+    >>> answers_tcp("127.0.0.1", free_port())  # nothing listens on a port just found free
+    False
+    """
     try:
         socket.create_connection((host, port), timeout=1).close()
         return True
