@@ -283,3 +283,34 @@ def test_the_tests_example_runs_end_to_end_on_the_embedded_model(tmp_path):
     summary = (out / "summary.md").read_text()
     assert "tests: every failure rate has a wide interval" in summary
     print(f"tests example: {seconds:.0f} s; {len(tests)} tests, {oracle['ok']} verdicts")
+
+
+def test_a_grid_of_llms_and_retrievers_kept_to_the_pairs_allowed(tmp_path, env):
+    path = write_tests_file(tmp_path, extra_tests=textwrap.dedent("""\
+        retrievers = ["bm25", "tfidf", "hybrid"]
+        llms = [{name = "a", model = "stub-answerer", base_url_env = "FABNB_TEST_URL", max_retries = 0},
+                {name = "b", model = "stub-b", base_url_env = "FABNB_TEST_URL", max_retries = 0}]
+        pairs = [["a", "bm25"], ["a", "hybrid"], ["b", "tfidf"]]
+        """))
+    exp = Experiment.from_file(path)
+    assert [s.name for s in exp.systems] == ["ref", "lc", "a x bm25", "a x hybrid", "b x tfidf"]
+    assert [s.retriever for s in exp.systems[2:]] == ["bm25", "hybrid", "tfidf"]
+    run = run_experiment(exp, progress=False, probe=False, echo=quiet)
+    by_config = pd.read_csv(tmp_path / "out" / "report" / "tests" / "failures_by_configuration.csv")
+    grid = by_config[by_config.configuration.str.startswith(("a x", "b x"))]
+    assert set(zip(grid.llm, grid.embedding)) >= {("stub-answerer", "bm25"), ("stub-answerer", "hybrid"),
+                                                  ("stub-b", "tfidf")}
+    assert run.status == "finished"
+    path.write_text(path.read_text().replace('["b", "tfidf"]', '["b", "word2vec"]'))
+    with pytest.raises(ExperimentError, match=r"pairs .* names \['b', 'word2vec'\]"):
+        Experiment.from_file(path)
+
+
+def test_the_papers_grid_template_plans_24_configurations(monkeypatch):
+    """examples/rag_tester_paper.toml, RAG-TESTER's 8-LLM shape with 24 pairs allowed: read and planned, not run."""
+    for var in ("OPENAI", "LLAMA32", "LLAMA31", "MISTRAL", "QWEN", "GEMMA"):
+        monkeypatch.setenv(f"{var}_BASE_URL", "http://127.0.0.1:9/v1")
+        monkeypatch.setenv(f"{var}_API_KEY", "sk-test")
+    exp = Experiment.from_file(ROOT / "examples" / "rag_tester_paper.toml")
+    assert len(exp.systems) == 24 and len({s.endpoint.model for s in exp.systems}) == 8
+    assert exp.tests.n_complex + exp.tests.n_negative + exp.tests.n_coverage == 50

@@ -36,7 +36,7 @@ from .fields import (
     resolve_path,
 )
 from .prices import price_of
-from .systems import Endpoint, SystemSpec, systems_from_tables
+from .systems import Endpoint, SystemSpec, grid_tables, systems_from_tables
 
 __all__ = ["MAX_WINDOWS", "RANGES", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment", "ExperimentError",
            "JudgeSpec", "QuestionsSpec", "ReportSpec", "SystemSpec", "TestsSpec", "prices_from_table",
@@ -442,8 +442,9 @@ class Experiment:
                                   "run asks the tests it writes from [corpus], not questions. Remove [questions], "
                                   "or run the tests from a file of their own.")
         base = Path(base) if base is not None else Path.cwd()
+        grid = grid_tables(data.get("tests") or {}, where, text)  # a [tests] grid: LLM x retriever systems
         exp = cls(name=_name(data, where), output=_output(data, where, base, output, text),
-                  systems=systems_from_tables(data.get("systems", []), where, text),
+                  systems=systems_from_tables(data.get("systems", []) + grid, where, text),
                   contexts=ContextsSpec.from_table(data.get("contexts", {}), where, text),
                   question_set=QuestionsSpec.from_table(data.get("questions", {}), where, text, base),
                   corpus=CorpusSpec.from_table(data.get("corpus", {}), where, text, base),

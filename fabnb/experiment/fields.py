@@ -38,7 +38,8 @@ _SCHEMA: dict[str, dict] = {
               "reason_chars": int, "max_answer_tokens": int, "concurrency": int, "temperature": (int, float),
               "n_ctx": int, "workers": int, **_ENDPOINT_KEYS},
     "tests": {"n_complex": int, "n_negative": int, "n_coverage": int, "n_baseline": int, "documents": (int, str),
-              "rounds": int, "threshold": (int, float), "ask_location": bool, "evidence": str, **_ENDPOINT_KEYS},
+              "rounds": int, "threshold": (int, float), "ask_location": bool, "evidence": str, "llms": list,
+              "retrievers": (list, str), "pairs": list, **_ENDPOINT_KEYS},
     "prices": {"input": (int, float), "output": (int, float), "date": str, "source": str},
     "report": {"compare_published": bool, "figures": list, "bootstrap": int, "seed": int},
 }

@@ -121,7 +121,7 @@ class Plan:
             t[col] = [f"{int(v):,}" for v in t[col]]
         total = self.total_cost
         secs = self.table["seconds"]
-        questions = f"{self.n_questions} {self.unit}{'' if self.n_questions == 1 else 's'}"
+        questions = f"{self.n_questions:,} {self.unit}{'' if self.n_questions == 1 else 's'}"
         lines = [f"plan: {questions}; {int(self.table['calls'].sum()):,} calls planned, "
                  f"{int(self.table['done'].sum()):,} done, {int(self.table['todo'].sum()):,} to do",
                  t.drop(columns=["price"]).to_string(index=False),

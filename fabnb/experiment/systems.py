@@ -19,7 +19,7 @@ from ..core.values import line_of, type_names
 from ..rag.kinds import SystemKind, system_kinds
 from .fields import ExperimentError, check_table
 
-__all__ = ["Endpoint", "SystemSpec", "systems_from_tables"]
+__all__ = ["Endpoint", "SystemSpec", "grid_tables", "systems_from_tables"]
 
 
 def _kind(name: str) -> SystemKind:
@@ -260,3 +260,44 @@ def systems_from_tables(raw: list, where: str, text: str | None) -> tuple[System
     if len(set(names)) != len(names):
         raise ExperimentError(f"{where}: system names must differ; {names} repeats one.")
     return systems
+
+
+def grid_tables(tests: dict, where: str, text: str | None) -> list[dict]:
+    """The ``[[systems]]`` tables a ``[tests]`` grid stands for: every answering LLM of ``llms`` with every retriever
+    of ``retrievers`` (``"all"``: every retriever kind a file may name that is installed here), as reference
+    systems named ``<llm> x <retriever>``, kept to the ``pairs`` allowed when the file lists them (RAG-TESTER ran
+    the 24 compatible pairs of 8 LLMs and 6 embedding models).
+
+    Examples
+    --------
+    >>> tables = grid_tables({"llms": [{"name": "a", "model": "embedded"}, {"name": "b", "model": "embedded"}],
+    ...                       "retrievers": ["bm25", "tfidf"], "pairs": [["a", "bm25"], ["b", "tfidf"]]}, "e", None)
+    >>> [t["name"] for t in tables]
+    ['a x bm25', 'b x tfidf']
+    """
+    llms = tests.get("llms") or []
+    if not llms:
+        return []
+    if not all(isinstance(m, dict) and m.get("name") for m in llms):
+        raise ExperimentError(f"{where}: [tests] llms{line_of(text, 'llms')} must be a list of tables, each with a "
+                              "name and its endpoint keys (model, base_url or base_url_env, api_key_env).")
+    retrievers = tests.get("retrievers", "all")
+    if retrievers == "all":
+        retrievers = [n for n, k in _retrievers().items() if k.in_files and not k.missing()]
+    elif not isinstance(retrievers, list) or not retrievers:
+        raise ExperimentError(f"{where}: [tests] retrievers{line_of(text, 'retrievers')} must be \"all\" or a list "
+                              f"of {', '.join(n for n, k in _retrievers().items() if k.in_files)}.")
+    names = [m["name"] for m in llms]
+    pairs = tests.get("pairs")
+    if pairs is not None:
+        bad = [p for p in pairs if not (isinstance(p, list) and len(p) == 2 and p[0] in names and p[1] in retrievers)]
+        if bad:
+            raise ExperimentError(f"{where}: [tests] pairs{line_of(text, 'pairs')} names {bad[0]!r}, not an [llm, "
+                                  f"retriever] pair of llms {names} and retrievers {retrievers}.")
+        allowed = {tuple(p) for p in pairs}
+    else:
+        allowed = {(m, r) for m in names for r in retrievers}
+    endpoint_keys = ("model", "base_url", "base_url_env", "api_key_env", "max_retries")
+    return [{"name": f"{m['name']} x {r}", "kind": "reference", "retriever": r,
+             **{k: m[k] for k in endpoint_keys if k in m}}
+            for m in llms for r in retrievers if (m["name"], r) in allowed]

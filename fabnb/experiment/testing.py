@@ -46,6 +46,7 @@ _PART_COLUMNS = ["part", "doc_id", "tests", "rejected", "status", "prompt_tokens
 _TRIES = 3  # a generator tries up to three passages per test it keeps (fabnb.qa.testcases)
 _GEN_PROMPT, _GEN_REPLY = 700, 200  # tokens of a test-writing call: a chunk and the instructions; the JSON
 _ORACLE_PROMPT, _ORACLE_REPLY = 600, 120
+_ANSWER_REPLY = 256
 
 
 def _store(out: Path) -> ResultsStore:
@@ -233,24 +234,27 @@ def plan_tests(exp: Experiment, chunks: pd.DataFrame, tests: pd.DataFrame | None
     for spec in exp.systems:
         a = answers[(answers["system"] == spec.name) & (answers["status"] == "ok")] if len(answers) else answers
         v = verdicts[(verdicts["system"] == spec.name) & (verdicts["status"] == "ok")] if len(verdicts) else verdicts
-        k = max(exp.windows)
-        prompt = int(min(k * 1024, 1024 * max(1.0, k / 2)))
+        configs = exp.configs()  # a prompt holds at most the window's input budget; a reply at most 256 tokens
+        prompt = int(sum(c.input_budget for c in configs) / len(configs))
+        reply = int(sum(min(c.max_output_tokens, _ANSWER_REPLY) for c in configs) / len(configs))
+        dearest = (max(c.input_budget for c in configs), max(min(c.max_output_tokens, _ANSWER_REPLY) for c in configs))
         rows.append(_row(exp, spec.name, spec.endpoint.model if spec.uses_endpoint else spec.model, "answers",
-                         n_tests * cells, len(a), max(0, n_tests * cells - len(a)), prompt, 200, max_call,
-                         priced=spec.uses_endpoint))
+                         n_tests * cells, len(a), max(0, n_tests * cells - len(a)), prompt, reply, max_call,
+                         priced=spec.uses_endpoint, dearest=dearest))
         rows.append(_row(exp, spec.name, exp.judge.model, "oracle", n_tests * cells, len(v),
                          max(0, n_tests * cells - len(v)), _ORACLE_PROMPT, _ORACLE_REPLY, max_call))
     note = (f"tests: the tester's calls are counted in documents, {_GEN_PROMPT} prompt and {_GEN_REPLY} reply tokens a "
-            "try, up to three tries a test kept; answers: the window's context, 200 reply tokens; oracle: "
+            "try, up to three tries a test kept; answers: the window's input budget, up to 256 reply tokens; oracle: "
             f"{_ORACLE_PROMPT} and {_ORACLE_REPLY}; the tests' number is what [tests] asks until they are written")
     return Plan(pd.DataFrame(rows, columns=PLAN_COLUMNS), pd.DataFrame(), n_tests, max_call, unit="test", note=note)
 
 
-def _row(exp, system, model, stage, calls, done, todo_calls, prompt, reply, max_call, priced=True) -> dict:
+def _row(exp, system, model, stage, calls, done, todo_calls, prompt, reply, max_call, priced=True,
+         dearest=None) -> dict:
     price = price_of(model if priced else "", exp.prices)
     p_tok, c_tok = todo_calls * prompt, todo_calls * reply
-    if priced:
-        max_call[(stage, system)] = cost_of(model, exp.prices, prompt, reply)
+    if priced:  # the budget counts each call at the dearest a call of the stage can be
+        max_call[(stage, system)] = cost_of(model, exp.prices, *(dearest or (prompt, reply)))
     return {"system": system, "model": model, "stage": stage, "calls": calls, "done": done,
             "todo": max(0, calls - done), "prompt_tokens": p_tok, "completion_tokens": c_tok,
             "cost_usd": cost_of(model, exp.prices, p_tok, c_tok) if priced else None, "price": price_text(price),
