@@ -184,6 +184,23 @@ def test_fabnb_run_with_tests_writes_the_studys_tables_for_a_reference_and_a_fra
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["kind"] == "tests" and {r["stage"] for r in manifest["planned"]} == {"tests", "answers", "oracle"}
     assert manifest["runs"][-1]["status"] == "finished"
+    # the sidebar counts to the tests written, and every stage is done
+    from fabnb.experiment.progress import run_status
+
+    status = run_status(out)
+    assert [s["stage"] for s in status["stages"]] == ["tests", "answers", "oracle"]
+    assert all(s["state"] == "done" for s in status["stages"]), status["stages"]
+    answers = next(s for s in status["stages"] if s["stage"] == "answers")
+    assert answers["planned"] == len(tests) * 2 * 2  # two systems, modes A and B
+    # the one renderer shows the run: the tests as questions, the oracle's verdicts as its two scores
+    from fabnb.views.explorer import Explorer
+    from fabnb.views.page import export_page
+
+    explorer = Explorer.from_folder(out)
+    assert explorer.metrics == ["oracle_pass", "oracle_mean"] and len(explorer.cells) == len(tests) * 4
+    detail = explorer.detail(explorer.cells.iloc[0])
+    assert detail["question"] and {s["metric"] for s in detail["scores"]} == {"oracle_pass", "oracle_mean"}
+    assert (export_page(out, tmp_path / "page")).exists()
     # a second run asks nothing
     asked = len(env.requests)
     again = run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)

@@ -146,13 +146,14 @@ def _write_tests(exp: Experiment, chunks: pd.DataFrame, tester, bar):
     return number_tests(_suite(records + fair)), tracker
 
 
-def stored_tests(exp: Experiment):
-    """Every test the folder holds, numbered as the run numbered them (a document's, the fair baselines', then
-    each coverage round's); an empty suite for a folder without tests."""
+def stored_tests(exp: Experiment | Path | str):
+    """Every test a run's folder holds (``exp.output``, or the folder itself), numbered as the run numbered them
+    (a document's, the fair baselines', then each coverage round's); an empty suite for a folder without tests."""
     from ..qa.testcases import TestSuite
     from ..tester.study import number_tests
 
-    records = _store(exp.output).frame().to_dict("records") if (exp.output / TESTS_STORE).exists() else []
+    folder = exp.output if isinstance(exp, Experiment) else Path(exp)
+    records = _store(folder).frame().to_dict("records") if (folder / TESTS_STORE).exists() else []
     first = [r for r in records if not str(r["part"]).startswith("round:")]
     rounds = [r for r in records if str(r["part"]).startswith("round:")]
     return TestSuite.concat([number_tests(_suite(first)), _suite(rounds)])
@@ -205,12 +206,14 @@ def _n_docs(exp: Experiment, chunks: pd.DataFrame | None) -> int:
     return int(chunks["doc_id"].nunique()) if chunks is not None else int(exp.tests.documents or 0)
 
 
-def plan_tests(exp: Experiment, chunks: pd.DataFrame, tests: pd.DataFrame | None = None) -> Plan:
+def plan_tests(exp: Experiment, chunks: pd.DataFrame, tests: pd.DataFrame | None = None,
+               rounds_left: int | None = None) -> Plan:
     """Calls, tokens and cost of each stage of a ``[tests]`` run.
 
     Before the tests exist, their number is what ``[tests]`` asks (per document, every generator);
-    once written, it is what was kept. The tester's calls count up to three tries per test.
-    Answers and verdicts stored count as done.
+    once written, it is what was kept, with ``rounds_left`` coverage rounds still to write (the
+    file's ``rounds`` by default). The tester's calls count up to three tries per test. Answers
+    and verdicts stored count as done.
 
     Returns
     -------
@@ -219,8 +222,8 @@ def plan_tests(exp: Experiment, chunks: pd.DataFrame, tests: pd.DataFrame | None
     """
     docs = _n_docs(exp, chunks)
     per_doc = exp.tests.n_complex + exp.tests.n_negative + exp.tests.n_coverage + 2 * exp.tests.n_baseline
-    n_tests = len(tests) if tests is not None else docs * per_doc * (1 + 0)  # the rounds add theirs as they go
-    n_tests += docs * exp.tests.n_coverage * exp.tests.rounds if tests is None else 0
+    rounds_left = exp.tests.rounds if rounds_left is None else rounds_left
+    n_tests = (len(tests) if tests is not None else docs * per_doc) + docs * exp.tests.n_coverage * rounds_left
     cells = len(exp.windows) * len(exp.modes)
     answers, verdicts = _stored(exp)
     parts = len(_store(exp.output).frame()) if exp.output.exists() else 0
@@ -337,7 +340,7 @@ def run_tests(exp: Experiment, opts, old: dict | None):
     bar = progress_bar(exp.output, (0, 2 * _n_docs(exp, chunks)), opts.progress)
     bar.start_stage("tests", 0, 2 * _n_docs(exp, chunks) + exp.tests.rounds)
     try:
-        status = _stages(exp, chunks, list(built.values()), plan_, bar)
+        status = _stages(exp, chunks, list(built.values()), plan_, bar, manifest)
         bar.close("reporting")
         _save(exp, manifest, "reporting")
         summary = _report(exp, chunks)
@@ -376,7 +379,15 @@ def _save(exp: Experiment, manifest: dict, status: str) -> pd.DataFrame:
     return t
 
 
-def _stages(exp: Experiment, chunks, systems: list, plan_: Plan, bar) -> str:
+def _replan(exp: Experiment, chunks, tests: pd.DataFrame, rounds_left: int, manifest: dict) -> Plan:
+    """The plan once tests are written (their real number), kept in the manifest: what the sidebar counts to."""
+    plan_ = plan_tests(exp, chunks, tests, rounds_left)
+    manifest["planned"] = json_records(plan_.table.drop(columns=["price"]))
+    write_manifest(exp.output, manifest)
+    return plan_
+
+
+def _stages(exp: Experiment, chunks, systems: list, plan_: Plan, bar, manifest: dict) -> str:
     """Tests, answers (and the coverage rounds), oracle verdicts; ``finished`` or ``stopped-by-budget``."""
     from ..judge import oracle_results, verdict_store
     from ..qa.testcases import TestSuite
@@ -384,6 +395,7 @@ def _stages(exp: Experiment, chunks, systems: list, plan_: Plan, bar) -> str:
 
     tester = exp.tests.endpoint.llm(concurrency=exp.concurrency)
     suite, tracker = _write_tests(exp, chunks, tester, bar)
+    plan_ = _replan(exp, chunks, suite.tests, exp.tests.rounds, manifest)
     a_store = ResultsStore(exp.output / "answers.jsonl")
 
     def answer(tests: pd.DataFrame) -> bool:
@@ -397,6 +409,7 @@ def _stages(exp: Experiment, chunks, systems: list, plan_: Plan, bar) -> str:
         bar.start_stage("tests", 2 * _n_docs(exp, chunks) + r - 1, 2 * _n_docs(exp, chunks) + exp.tests.rounds)
         more = _round_tests(exp, chunks, tester, tracker, r, a_store.frame(), bar)
         suite = TestSuite.concat([suite, more])
+        plan_ = _replan(exp, chunks, suite.tests, exp.tests.rounds - r, manifest)
         finished = answer(suite.tests) and finished
     if not finished:
         return "stopped-by-budget"

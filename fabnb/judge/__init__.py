@@ -44,7 +44,7 @@ from .oracle import (FAILURE_KINDS, LOCATION_REQUEST, ORACLE_CRITERIA, ORACLE_SC
                      REFUSAL_PATTERNS, VERDICT_COLUMNS, VERDICT_KEYS, VERDICT_VALUES, compare_configurations,
                      failure_kind, failure_table, hedged_value, is_refusal, location_check, oracle_precision,
                      oracle_prompt, oracle_results, oracle_rule, oracle_verdict, passage_retrieved, read_verdicts,
-                     reported_location, tests_as_questions, verdict_store)
+                     reported_location, tests_as_questions, verdict_scores, verdict_store)
 from .reference import answer_key, reference_check, reference_scores
 from .rubrics import (BANDS, INJECTION_PATTERNS, PLACEHOLDER_REASONS, RUBRIC_VERSION, RUBRICS, JUDGE_SCALE, STEPS,
                       JudgeError, injection_flags, read_judgement, rubric_frame, rubric_variant)
@@ -61,4 +61,4 @@ __all__ = ['BANDS', 'FAILURE_KINDS', 'FLAGS', 'INJECTION_PATTERNS', 'JUDGE_SCALE
            'oracle_results', 'oracle_rule', 'oracle_verdict', 'passage_retrieved', 'ppi_mean', 'read_judgement',
            'read_verdicts', 'reason_score_schema', 'reference_check', 'reference_scores', 'replicate_spread',
            'reported_location', 'rubric_frame', 'rubric_variant', 'score_answer', 'score_one', 'score_store',
-           'tests_as_questions', 'to_score_frame', 'verdict_store', 'weighted_score']
+           'tests_as_questions', 'to_score_frame', 'verdict_scores', 'verdict_store', 'weighted_score']

@@ -19,7 +19,7 @@ __all__ = ['FAILURE_KINDS', 'LOCATION_REQUEST', 'ORACLE_CRITERIA', 'ORACLE_SCHEM
            'REFUSAL_PATTERNS', 'VERDICT_COLUMNS', 'VERDICT_KEYS', 'VERDICT_VALUES', 'compare_configurations',
            'failure_kind', 'failure_table', 'hedged_value', 'is_refusal', 'location_check', 'oracle_precision',
            'oracle_prompt', 'oracle_results', 'oracle_rule', 'oracle_verdict', 'passage_retrieved', 'read_verdicts',
-           'reported_location', 'tests_as_questions', 'verdict_store']
+           'reported_location', 'tests_as_questions', 'verdict_scores', 'verdict_store']
 
 # ------------------------------------------------------------------ the RAG-TESTER oracle
 
@@ -454,6 +454,34 @@ def oracle_results(results: pd.DataFrame, tests: pd.DataFrame, llm, *, evidence:
         keep = [store.key(r) in wanted for r in frame.to_dict("records")]
         return frame[keep].reindex(columns=VERDICT_COLUMNS).reset_index(drop=True)
     return pd.DataFrame(rows).reindex(columns=VERDICT_COLUMNS)
+
+
+def verdict_scores(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """Oracle verdicts in the score store's shape, so the results views show them as they show judge scores.
+
+    Two metrics per verdict: ``oracle_pass`` (1 passed, 0 failed) and ``oracle_mean`` (the mean of the five
+    criteria, or 0 / 1 for a negative test decided by rule); the reason carries the failure type.
+
+    Examples
+    --------
+    >>> v = pd.DataFrame({"system": "s", "model": "m", "context_k": 1.0, "mode": "A", "test_id": ["t1"],
+    ...                   "failed": [True], "mean": [0.4], "failure_kind": ["unsupported answer"], "reason": ["r"],
+    ...                   "status": ["ok"], "cause": [""], "judge_model": ["o"]})
+    >>> verdict_scores(v)[["metric", "score", "reason"]].values.tolist()
+    [['oracle_pass', 0.0, 'unsupported answer: r'], ['oracle_mean', 0.4, 'unsupported answer: r']]
+    """
+    from ..core.schema import SCORE_RECORD_COLUMNS
+
+    rows = []
+    for r in verdicts.to_dict("records"):
+        ok = r.get("status") == "ok"
+        kind = r.get("failure_kind") if isinstance(r.get("failure_kind"), str) else ""
+        reason = f"{kind}: {r.get('reason') or ''}" if kind else str(r.get("reason") or "")
+        base = {**{k: r.get(k) for k in VERDICT_KEYS}, "replicate": 0, "status": r.get("status"), "reason": reason,
+                "judge_model": r.get("judge_model"), "cause": r.get("cause") or "", "scoring": "oracle"}
+        for metric, score in (("oracle_pass", 0.0 if r.get("failed") else 1.0), ("oracle_mean", r.get("mean"))):
+            rows.append({**base, "metric": metric, "score": float(score) if ok and score is not None else np.nan})
+    return pd.DataFrame(rows).reindex(columns=SCORE_RECORD_COLUMNS)
 
 
 def failure_table(verdicts: pd.DataFrame, by=("generator",), ci: float = 0.95) -> pd.DataFrame:

@@ -104,11 +104,15 @@ class Explorer:
     reference : DataFrame, optional
         :func:`fabnb.judge.reference_scores` (the check of objective answers).
     page_size : int
+    metrics : tuple of str
+        The score columns, in order: FAB-Bench's six (default), or a ``[tests]`` run's ``oracle_pass`` and
+        ``oracle_mean``.
     """
 
     def __init__(self, answers: pd.DataFrame, scores: pd.DataFrame, questions: pd.DataFrame,
-                 reference: pd.DataFrame | None = None, page_size: int = 50):
+                 reference: pd.DataFrame | None = None, page_size: int = 50, metrics: tuple = METRICS):
         keys = list(RESULT_KEYS)
+        self._metric_names = tuple(metrics)
         self.page_size = page_size
         self.questions = questions.drop_duplicates("test_id").set_index("test_id", drop=False)
         self.answers = answers.copy() if len(answers) else pd.DataFrame(columns=[*keys, "status", "answer"])
@@ -136,6 +140,8 @@ class Explorer:
         from ..judge import score_store
 
         folder = Path(folder)
+        if (folder / "verdicts.jsonl").exists() and (folder / "tests.jsonl").exists():
+            return cls._from_tests_folder(folder, **kwargs)
         if not (folder / "answers.jsonl").exists() and not (folder / "scores.jsonl").exists():
             raise FileNotFoundError(f"{folder} holds neither answers.jsonl nor scores.jsonl; point at the output "
                                     "folder of fabnb run (or pass the stores' frames to Explorer).")
@@ -152,6 +158,21 @@ class Explorer:
             questions = questions_frame(pairs)
         reference = pd.read_csv(folder / "reference.csv") if (folder / "reference.csv").exists() else None
         return cls(answers, scores, questions, reference=reference, **kwargs)
+
+    @classmethod
+    def _from_tests_folder(cls, folder: Path, **kwargs) -> "Explorer":
+        """A ``[tests]`` run (RAG-TESTER): its tests are the questions and the oracle's verdicts the scores
+        (:func:`fabnb.judge.oracle.verdict_scores`: ``oracle_pass``, ``oracle_mean``)."""
+        from ..core.records import ResultsStore
+        from ..experiment.testing import VERDICTS_STORE, stored_tests
+        from ..judge import tests_as_questions, verdict_scores, verdict_store
+
+        tests = stored_tests(folder).tests
+        questions = tests_as_questions(tests).assign(test_type=tests["generator"].to_numpy(),
+                                                     question_format=tests["kind"].to_numpy())
+        return cls(ResultsStore(folder / "answers.jsonl").frame(),
+                   verdict_scores(verdict_store(folder / VERDICTS_STORE).frame()), questions,
+                   metrics=("oracle_pass", "oracle_mean"), **kwargs)
 
     def __repr__(self) -> str:
         return f"Explorer({len(self.cells)} cells, {len(self.view())} shown, filters={self.filters})"
@@ -173,11 +194,11 @@ class Explorer:
         index = answered.index.union(wide.index).union(failures.index)
         cells = pd.DataFrame(index=index)
         cells = cells.join(answered[[c for c in ("status", "gold_retrieved") if c in answered.columns]])
-        cells = cells.join(wide.reindex(columns=[m for m in METRICS if m in wide.columns]))
+        cells = cells.join(wide.reindex(columns=[m for m in self._metric_names if m in wide.columns]))
         cells = cells.join(failures).join(flags.rename("flags")).reset_index()
         cells["judge_failures"] = cells["judge_failures"].fillna(0).astype(int)
         cells["flags"] = cells["flags"].fillna("")
-        metrics = [m for m in METRICS if m in cells.columns]
+        metrics = [m for m in self._metric_names if m in cells.columns]
         cells["average"] = cells[metrics].mean(axis=1) if metrics else np.nan
         judged = cells[metrics].notna().any(axis=1) if metrics else pd.Series(False, index=cells.index)
         status = cells["status"] if "status" in cells else pd.Series(np.nan, index=cells.index)
@@ -192,7 +213,7 @@ class Explorer:
 
     @property
     def metrics(self) -> list[str]:
-        return [m for m in METRICS if m in self.cells.columns]
+        return [m for m in self._metric_names if m in self.cells.columns]
 
     def filter(self, **criteria) -> "Explorer":
         """Set filters (None removes one); returns the explorer, so calls chain.
@@ -297,7 +318,7 @@ class Explorer:
         mine = s[np.logical_and.reduce([s[k] == v for k, v in key.items()])] if len(s) else s
         score_cols = ["metric", "status", "score", "raw_score", "weighted_score", "scoring", "reason", "error"]
         rows = mine.reindex(columns=score_cols).sort_values("metric", key=lambda m: m.map(
-            {name: i for i, name in enumerate(METRICS)})) if len(mine) else pd.DataFrame(columns=score_cols)
+            {name: i for i, name in enumerate(self._metric_names)})) if len(mine) else pd.DataFrame(columns=score_cols)
         reference = None
         if self.reference is not None and len(self.reference):
             r = self.reference
