@@ -146,3 +146,15 @@ def test_tests_carry_appendix_d_fields(evidence_chunks, stub):
     assert ((span.span_start >= span.char_start) & (span.span_end <= span.char_end + 5)).all()
     negative = negative_rejection_tests(chunks, vectors, stub, 1, seed=1)
     assert (negative.tests.source_location == "unknown").all()
+
+
+def test_each_attempt_is_told_as_it_happens(evidence_chunks, stub, caplog):
+    import logging
+
+    chunks, _ = evidence_chunks
+    with caplog.at_level(logging.INFO, logger="fabnb.qa.testcases"):
+        suite = random_tests(chunks, stub, 2, seed=3)
+    lines = [r.getMessage() for r in caplog.records if r.name == "fabnb.qa.testcases"]
+    kept = suite.tests.source_chunk.tolist()
+    assert f"random {kept[0]}: asking" in lines and f"random {kept[0]}: kept" in lines
+    assert lines.index(f"random {kept[0]}: asking") < lines.index(f"random {kept[0]}: kept")

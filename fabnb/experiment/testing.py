@@ -112,8 +112,40 @@ def _mark_tests(tracker, suite) -> None:
     tracker.mark(t.loc[t["generator"].isin(TEST_STRATEGIES), "source_chunk"].tolist())
 
 
+class _AttemptLines:
+    """Each test-writing attempt's line (``fabnb.qa.testcases``' log) on the run's bar, while the tests stage
+    runs: a small tester takes seconds per test, and a bar at 0/2 for minutes says nothing."""
+
+    def __init__(self, bar):
+        import logging
+
+        self.bar, self.logger = bar, logging.getLogger("fabnb.qa.testcases")
+        self.handler = logging.Handler(logging.INFO)
+        self.handler.emit = self._emit
+
+    def _emit(self, record) -> None:
+        shown = getattr(self.bar, "bar", None)
+        if shown is not None and hasattr(shown, "set_postfix_str"):
+            shown.set_postfix_str(record.getMessage()[:100], refresh=True)
+
+    def __enter__(self):
+        self.level = self.logger.level
+        self.logger.setLevel(min(self.level or 20, 20))
+        self.logger.addHandler(self.handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.logger.removeHandler(self.handler)
+        self.logger.setLevel(self.level)
+
+
 def _write_tests(exp: Experiment, chunks: pd.DataFrame, tester, bar):
     """The first round's tests, from the store where written, else written now, one record per document."""
+    with _AttemptLines(bar):
+        return _write_first_round(exp, chunks, tester, bar)
+
+
+def _write_first_round(exp: Experiment, chunks: pd.DataFrame, tester, bar):
     from ..corpus.passages import CoverageTracker
     from ..corpus.vectors import vectorize
     from ..tester.study import document_tests, fair_baselines, number_tests

@@ -16,11 +16,14 @@ picks by its own strategy:
   it is compared with.
 
 Every generator returns a :class:`TestSuite`: the kept tests and the candidates it
-rejected, with the reason.
+rejected, with the reason. Each attempt is told as it happens, one line to ``logging``
+(``fabnb.qa.testcases``, INFO: the generator, the passage, asking / kept / rejected and why),
+which a run's progress bar shows.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,15 +106,24 @@ class TestSuite:
                          pd.concat([p.rejected for p in parts], ignore_index=True))
 
 
+_LOG = logging.getLogger(__name__)
+
+
 class _Collector:
     def __init__(self, generator: str, llm: LLM):
         self.generator, self.llm = generator, llm
         self.tests, self.rejected = [], []
 
+    def tell(self, chunk_id, outcome: str) -> None:
+        """One attempt's line: slow is told from stuck (a small model takes seconds per test)."""
+        _LOG.info("%s %s: %s", self.generator, chunk_id, outcome)
+
     def reject(self, chunk_id, reason: str) -> None:
         self.rejected.append({"generator": self.generator, "source_chunk": chunk_id, "reason": reason})
+        self.tell(chunk_id, f"rejected ({reason[:80]})")
 
     def keep(self, **fields) -> None:
+        self.tell(fields.get("source_chunk"), "kept")
         n = len(self.tests) + 1
         self.tests.append({"test_id": f"{self.generator}-{n:03d}", "generator": self.generator,
                            "absence_max_share": np.nan, "model": self.llm.model, "difficulty": "", "reasoning": "",
@@ -134,6 +146,7 @@ def write_positive_test(llm: LLM, chunk: pd.Series, collector: _Collector, max_t
     prompt = ("Write one test question for a question-answering system. Its answer must be in the PASSAGE. "
               "Reply with JSON: evidence (a sentence copied from the PASSAGE), question, answer, and 1-4 keywords "
               f"a correct answer must contain.\n\nPASSAGE:\n{chunk['text']}\n\nJSON:")
+    collector.tell(chunk["chunk_id"], "asking")
     try:
         data = _ask(llm, prompt, _POSITIVE_SCHEMA, max_tokens, seed)
     except (LLMError, ValueError) as exc:
@@ -253,6 +266,7 @@ def negative_rejection_tests(chunks: pd.DataFrame, vectors, llm: LLM, n: int, *,
         prompt = ("Write one question on the same topic as the PASSAGE that asks for a specific detail the "
                   "PASSAGE does not give (a value, a name, a date). Reply with JSON: question, and missing_detail "
                   f"(the detail asked for, in a few words).\n\nPASSAGE:\n{chunk['text']}\n\nJSON:")
+        c.tell(chunk["chunk_id"], "asking")
         try:
             data = _ask(llm, prompt, _NEGATIVE_SCHEMA, max_tokens, seed + i)
         except (LLMError, ValueError) as exc:
