@@ -173,6 +173,15 @@ def test_human_labels_from_the_rating_widget_give_oracle_precision(tmp_path):
     assert (r["raters"], r["items_labelled"], r["items_multi"], r["ties"]) == (2, len(items), len(items), 1)
     assert r["rater_percent_agreement"] == pytest.approx((len(items) - 1) / len(items))
     assert 0 < r["rater_alpha"] < 1
+    # the same labels give the precision per test type, with the panel's code (fabnb.tester.panel)
+    from fabnb.tester.panel import precision_by_type
+    from fabnb.tester.study import verdict_labels
+
+    labels = verdict_labels(store)
+    by_type = precision_by_type(labelled.reset_index(), labels[~labels["tie"]]).set_index("generator")
+    assert by_type.loc["all", "flagged"] == len(flagged) and by_type.loc["all", "precision"] == pytest.approx(expected)
+    assert by_type.loc["all", "fdr"] == pytest.approx(1 - expected)
+    assert set(by_type.index) - {"all"} <= set(v.generator)
 
 
 # ------------------------------------------------------------ objection 3: retrieval misses apart from answer failures

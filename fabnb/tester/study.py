@@ -69,7 +69,7 @@ from ..rag import RAGConfig, RAGError, ReferenceRAG, ResultsStore, make_retrieve
 __all__ = ['EMBEDDINGS', 'EXCLUSION_COLUMNS', 'GENERATORS', 'Study', 'StudyError', 'TABLES', 'TEST_STRATEGIES',
            'baseline_comparison', 'build_configurations', 'combine_corpora', 'configuration_pairs', 'document_tests',
            'fair_baselines', 'generate_tests', 'generator_llms', 'item_ids', 'label_precision', 'number_tests',
-           'run_study', 'strongest_configuration', 'study_tables', 'verdict_items', 'yield_table']
+           'run_study', 'strongest_configuration', 'study_tables', 'verdict_items', 'verdict_labels', 'yield_table']
 
 #: RAG-TESTER's test generators, as the ``generator`` column names them.
 GENERATORS = ("complex_passage", "negative_rejection", "coverage", "random", "fair_baseline")
@@ -501,6 +501,27 @@ def verdict_items(verdicts: pd.DataFrame, tests: pd.DataFrame, results: pd.DataF
     }).reset_index(drop=True)
 
 
+def _label_matrix(store) -> pd.DataFrame:
+    labels = store.ratings(kind="verdict")
+    labels = labels[labels["dimension"] == "failed"]
+    return labels.pivot_table(index="rater", columns="item_id", values="score", aggfunc="last")
+
+
+def verdict_labels(store) -> pd.DataFrame:
+    """The raters' majority label of each verdict item in a rating store (``kind="verdict"``).
+
+    Returns
+    -------
+    DataFrame
+        item_id, failed (the majority: True when more than half said failed), tie (an even split: no label),
+        raters. :func:`fabnb.tester.panel.precision_by_type` takes it as the labels (ties left out).
+    """
+    matrix = _label_matrix(store)
+    mean = matrix.mean()
+    return pd.DataFrame({"item_id": mean.index, "failed": mean.to_numpy() > 0.5, "tie": mean.to_numpy() == 0.5,
+                         "raters": matrix.notna().sum().to_numpy()})
+
+
 def label_precision(verdicts: pd.DataFrame, store) -> dict:
     """The oracle's precision against human labels in a rating store (``kind="verdict"``), with rater agreement.
 
@@ -532,17 +553,14 @@ def label_precision(verdicts: pd.DataFrame, store) -> dict:
     (1.0, 3, 1, 0.75)
     """
 
-    labels = store.ratings(kind="verdict")
-    labels = labels[labels["dimension"] == "failed"]
-    matrix = labels.pivot_table(index="rater", columns="item_id", values="score", aggfunc="last")
+    matrix = _label_matrix(store)
     counts = matrix.notna().sum()
     multi = matrix.loc[:, counts >= 2]
     pair_agree = []
     for item in multi.columns:
         v = multi[item].dropna().to_numpy()
         pair_agree += [float(x == y) for x, y in combinations(v, 2)]
-    mean = matrix.mean()
-    human = pd.DataFrame({"item_id": mean.index, "failed": mean.to_numpy() > 0.5, "tie": mean.to_numpy() == 0.5})
+    human = verdict_labels(store)
     ok = _judged(verdicts).assign(item_id=item_ids)
     result = oracle_precision(ok, human[~human["tie"]], on="item_id")
     return {**result, "raters": int(len(matrix.index)), "items_labelled": int(len(matrix.columns)),
