@@ -384,3 +384,20 @@ def test_a_cells_detail_has_its_answers_latency_tokens_and_cost_at_the_runs_pric
     fresh_page(tmp_path, details=False, explorer=explorer)
     lazy = _read_script(detail_file(tmp_path, "detail-0000", explorer))
     assert lazy[0]["call"] == call
+
+
+def test_dual_mode_attribution_labels_each_question_by_its_rule():
+    """Issue 51, as seen: B - A was computed, but nothing labelled a question a retrieval or a generation failure
+    (the rule was prose in notebook 06)."""
+    import pandas as pd
+
+    from fabnb.analysis.comparison import dual_mode_attribution, dual_mode_delta
+
+    scores = pd.DataFrame({"model": "m", "context_k": 4.0, "metric": "average",
+                           "test_id": ["r", "r", "g", "g", "n", "n", "x", "x", "u"],
+                           "mode": ["A", "B", "A", "B", "A", "B", "A", "B", "A"],
+                           "score": [0.2, 0.8, 0.3, 0.35, 0.9, 0.85, 0.45, 0.52, 0.4]})
+    out = dual_mode_attribution(dual_mode_delta(scores)).set_index("test_id")["attribution"]
+    assert out.to_dict() == {"r": "retrieval", "g": "generation", "n": "neither", "x": "mixed", "u": "unpaired"}
+    wider = dual_mode_attribution(dual_mode_delta(scores), margin=0.05).set_index("test_id")["attribution"]
+    assert wider["x"] == "retrieval"  # the margin is a setting: the same gap passes a lower one

@@ -16,7 +16,8 @@ from ..core.schema import AVERAGE, METRICS, SCORE_KEYS
 from ..core.scores import ScoreError, at_window, metric_sweep, require_models
 from .curves import fit_log_curves, question_curves
 
-__all__ = ['crossovers', 'dual_mode_delta', 'framework_table', 'routing_table']
+__all__ = ['MODE_ATTRIBUTIONS', 'crossovers', 'dual_mode_attribution', 'dual_mode_delta', 'framework_table',
+           'routing_table']
 
 
 def crossovers(
@@ -274,3 +275,46 @@ def dual_mode_delta(results: pd.DataFrame) -> pd.DataFrame:
     wide["delta"] = wide["score_b"] - wide["score_a"]
     wide["paired"] = wide["score_a"].notna() & wide["score_b"].notna()
     return wide
+
+
+#: The labels :func:`dual_mode_attribution` gives.
+MODE_ATTRIBUTIONS = ("retrieval", "generation", "neither", "mixed", "unpaired")
+
+
+def dual_mode_attribution(delta: pd.DataFrame, margin: float = 0.1, low: float = 0.5) -> pd.DataFrame:
+    """Appendix F.3's reading of the dual mode as a label per question: retrieval or generation failure.
+
+    The rule (Appendix F.3's prose, made exact; ``margin`` and ``low`` are settings, not findings):
+
+    - ``retrieval``: mode B (gold context) beats mode A by at least ``margin``: the system answers
+      once it has the right passage;
+    - ``generation``: both modes score below ``low`` and B does not beat A by ``margin``: the gold
+      passage does not help;
+    - ``neither``: mode A scores ``low`` or more and B does not beat it by ``margin``;
+    - ``mixed``: A below ``low``, B at or above it, yet within ``margin`` (a gap too small to say);
+    - ``unpaired``: one mode is missing.
+
+    Parameters
+    ----------
+    delta : DataFrame
+        :func:`dual_mode_delta` (score_a, score_b, delta, paired, the keys and metric).
+
+    Returns
+    -------
+    DataFrame
+        ``delta`` with ``attribution`` (one of :data:`MODE_ATTRIBUTIONS`).
+
+    Examples
+    --------
+    >>> d = pd.DataFrame({"test_id": ["q1", "q2", "q3", "q4"], "metric": "average",
+    ...                   "score_a": [0.3, 0.2, 0.8, None], "score_b": [0.9, 0.25, 0.82, 0.7]})
+    >>> d["delta"], d["paired"] = d.score_b - d.score_a, d.score_a.notna() & d.score_b.notna()
+    >>> dual_mode_attribution(d)["attribution"].tolist()
+    ['retrieval', 'generation', 'neither', 'unpaired']
+    """
+    if not 0 <= margin <= 1 or not 0 <= low <= 1:
+        raise ValueError(f"margin and low are scores from 0 to 1 (got margin={margin!r}, low={low!r}).")
+    a, b, d = delta["score_a"], delta["score_b"], delta["delta"]
+    label = np.select([~delta["paired"].astype(bool), d >= margin, (a < low) & (b < low), a >= low],
+                      ["unpaired", "retrieval", "generation", "neither"], "mixed")
+    return delta.assign(attribution=label)
