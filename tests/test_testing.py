@@ -200,6 +200,9 @@ def test_fabnb_run_with_tests_writes_the_studys_tables_for_a_reference_and_a_fra
     assert explorer.metrics == ["oracle_pass", "oracle_mean"] and len(explorer.cells) == len(tests) * 4
     detail = explorer.detail(explorer.cells.iloc[0])
     assert detail["question"] and {s["metric"] for s in detail["scores"]} == {"oracle_pass", "oracle_mean"}
+    failed_a = explorer.cells[(explorer.cells["mode"] == "A") & (explorer.cells["oracle_pass"] == 0)]
+    reasons = [s["reason"] for i in range(len(failed_a)) for s in explorer.detail(failed_a.iloc[i])["scores"]]
+    assert reasons and all("retrieval's failure" in r or "generation's failure" in r for r in reasons)
     assert (export_page(out, tmp_path / "page")).exists()
     # a second run asks nothing
     asked = len(env.requests)

@@ -166,12 +166,20 @@ class Explorer:
         from ..core.records import ResultsStore
         from ..experiment.testing import VERDICTS_STORE, stored_tests
         from ..judge import tests_as_questions, verdict_scores, verdict_store
+        from ..tester.attribution import attribution
 
         tests = stored_tests(folder).tests
         questions = tests_as_questions(tests).assign(test_type=tests["generator"].to_numpy(),
                                                      question_format=tests["kind"].to_numpy())
-        return cls(ResultsStore(folder / "answers.jsonl").frame(),
-                   verdict_scores(verdict_store(folder / VERDICTS_STORE).frame()), questions,
+        verdicts = verdict_store(folder / VERDICTS_STORE).frame()
+        if len(verdicts):  # a failed mode-A cell says whose failure it is (retrieval or generation)
+            labels = attribution(verdicts).set_index(["system", "context_k", "test_id"])["attribution"]
+            keys = list(zip(verdicts["system"], verdicts["context_k"], verdicts["test_id"]))
+            whose = [labels.get(k, "") if m == "A" and f else "" for k, m, f in
+                     zip(keys, verdicts["mode"], verdicts["failed"].fillna(False).astype(bool))]
+            verdicts["reason"] = [f"{w}'s failure; {r}" if w in ("retrieval", "generation") else r
+                                  for w, r in zip(whose, verdicts["reason"].fillna(""))]
+        return cls(ResultsStore(folder / "answers.jsonl").frame(), verdict_scores(verdicts), questions,
                    metrics=("oracle_pass", "oracle_mean"), **kwargs)
 
     def __repr__(self) -> str:
