@@ -334,3 +334,21 @@ def test_the_papers_grid_template_plans_24_configurations(monkeypatch):
     exp = Experiment.from_file(ROOT / "examples" / "rag_tester_paper.toml")
     assert len(exp.systems) == 24 and len({s.endpoint.model for s in exp.systems}) == 8
     assert exp.tests.n_complex + exp.tests.n_negative + exp.tests.n_coverage == 50
+
+
+def test_the_budget_stops_a_tests_run_before_a_call_could_pass_it_and_a_rerun_goes_on(tmp_path, env):
+    # a document's tests at their dearest (15 tries at $0.00115) cost more than the whole budget: nothing begins
+    path = write_tests_file(tmp_path, budget="budget_usd = 0.01")
+    run = run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    assert run.status == "stopped-by-budget" and not env.requests
+    # enough for the tests and part of the rest: it stops again, inside the budget
+    path.write_text(path.read_text().replace("budget_usd = 0.01", "budget_usd = 0.06"))
+    run = run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    spent = float(pd.to_numeric(run.tally["cost_usd"], errors="coerce").fillna(0).sum())
+    assert run.status == "stopped-by-budget" and 0 < spent <= 0.06
+    asked = len(env.requests)
+    path.write_text(path.read_text().replace("budget_usd = 0.06", "budget_usd = 5.0"))
+    run = run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    assert run.status == "finished"
+    prompts = [r["messages"][-1]["content"] for r in env.requests[asked:]]
+    assert not any("PASSAGE:" in p for p in prompts)  # the tests written under the first budget were kept

@@ -139,13 +139,24 @@ class _AttemptLines:
         self.logger.setLevel(self.level)
 
 
-def _write_tests(exp: Experiment, chunks: pd.DataFrame, tester, bar):
-    """The first round's tests, from the store where written, else written now, one record per document."""
+class _OverBudget(Exception):
+    """The budget left cannot pay for the next document's tests at their dearest: the stage stops before it."""
+
+
+def _afford(exp: Experiment, plan_: Plan, tries: int) -> None:
+    limit = _limit(exp, plan_, "tests")
+    if limit is not None and limit < tries:
+        raise _OverBudget
+
+
+def _write_tests(exp: Experiment, chunks: pd.DataFrame, tester, bar, plan_: Plan):
+    """The first round's tests, from the store where written, else written now, one record per document; a
+    document the budget cannot pay for at its dearest (three tries a test) is not begun (:class:`_OverBudget`)."""
     with _AttemptLines(bar):
-        return _write_first_round(exp, chunks, tester, bar)
+        return _write_first_round(exp, chunks, tester, bar, plan_)
 
 
-def _write_first_round(exp: Experiment, chunks: pd.DataFrame, tester, bar):
+def _write_first_round(exp: Experiment, chunks: pd.DataFrame, tester, bar, plan_: Plan):
     from ..corpus.passages import CoverageTracker
     from ..corpus.vectors import vectorize
     from ..tester.study import document_tests, fair_baselines, number_tests
@@ -161,6 +172,7 @@ def _write_first_round(exp: Experiment, chunks: pd.DataFrame, tester, bar):
             records.append(have[part])
             _mark_tests(tracker, _suite([have[part]]))
         else:
+            _afford(exp, plan_, sum(_counts(exp).values()) * _TRIES)
             before = _tokens(tester)
             suite = document_tests(chunks, doc, d, tester, _counts(exp), tracker, vectors=vectors, seed=exp.seed)
             records.append(_keep(store, part, doc, suite, _since(tester, before)))
@@ -168,6 +180,7 @@ def _write_first_round(exp: Experiment, chunks: pd.DataFrame, tester, bar):
     if all(f"fair:{doc}" in have for doc in docs):
         fair = [have[f"fair:{doc}"] for doc in docs]
     else:
+        _afford(exp, plan_, len(docs) * exp.tests.n_baseline * _TRIES)
         before = _tokens(tester)
         suites = fair_baselines(chunks, [_suite([r]) for r in records], tester, exp.tests.n_baseline,
                                 vectors=vectors, seed=exp.seed)
@@ -191,7 +204,7 @@ def stored_tests(exp: Experiment | Path | str):
     return TestSuite.concat([number_tests(_suite(first)), _suite(rounds)])
 
 
-def _round_tests(exp: Experiment, chunks, tester, tracker, round_: int, answers: pd.DataFrame, bar):
+def _round_tests(exp: Experiment, chunks, tester, tracker, round_: int, answers: pd.DataFrame, bar, plan_: Plan):
     """Round ``round_`` of coverage tests, after marking what the systems' retrieval returned."""
     from ..rag.sources import mark_returned
     from ..tester.coverage import coverage_round
@@ -204,6 +217,7 @@ def _round_tests(exp: Experiment, chunks, tester, tracker, round_: int, answers:
         suite = _suite([have[part]])
         _mark_tests(tracker, suite)
     else:
+        _afford(exp, plan_, chunks["doc_id"].nunique() * exp.tests.n_coverage * _TRIES)
         before = _tokens(tester)
         suite = coverage_round(chunks, tester, exp.tests.n_coverage, tracker, round_, seed=exp.seed)
         _keep(store, part, "", suite, _since(tester, before))
@@ -258,13 +272,16 @@ def plan_tests(exp: Experiment, chunks: pd.DataFrame, tests: pd.DataFrame | None
     n_tests = (len(tests) if tests is not None else docs * per_doc) + docs * exp.tests.n_coverage * rounds_left
     cells = len(exp.windows) * len(exp.modes)
     answers, verdicts = _stored(exp)
-    parts = len(_store(exp.output).frame()) if exp.output.exists() else 0
+    parts = _store(exp.output).frame()["part"].astype(str).tolist() if (exp.output / TESTS_STORE).exists() else []
     rows, max_call = [], {}
     tester = exp.tests.endpoint.model
-    gen_calls = (2 * docs + exp.tests.rounds) * 1  # stored in parts: a document's tests, its fair baseline, rounds
-    todo_tries = max(0, docs * per_doc * _TRIES + docs * exp.tests.n_coverage * exp.tests.rounds * _TRIES
-                     - parts * per_doc * _TRIES // 2)
-    rows.append(_row(exp, "tester", tester, "tests", gen_calls, min(parts, gen_calls), todo_tries,
+    gen_calls = 2 * docs + exp.tests.rounds  # the parts stored: a document's tests, its fair baseline, each round
+    done = {k: sum(1 for p in parts if p.startswith(k)) for k in ("doc:", "fair:", "round:")}
+    t = exp.tests
+    todo_tries = _TRIES * (max(0, docs - done["doc:"]) * (t.n_complex + t.n_negative + t.n_coverage + t.n_baseline)
+                           + max(0, docs - done["fair:"]) * t.n_baseline
+                           + max(0, t.rounds - done["round:"]) * docs * t.n_coverage)
+    rows.append(_row(exp, "tester", tester, "tests", gen_calls, min(len(parts), gen_calls), todo_tries,
                      _GEN_PROMPT, _GEN_REPLY, max_call))
     for spec in exp.systems:
         a = answers[(answers["system"] == spec.name) & (answers["status"] == "ok")] if len(answers) else answers
@@ -426,7 +443,10 @@ def _stages(exp: Experiment, chunks, systems: list, plan_: Plan, bar, manifest: 
     from ..rag import run_grid
 
     tester = exp.tests.endpoint.llm(concurrency=exp.concurrency)
-    suite, tracker = _write_tests(exp, chunks, tester, bar)
+    try:
+        suite, tracker = _write_tests(exp, chunks, tester, bar, plan_)
+    except _OverBudget:
+        return "stopped-by-budget"
     plan_ = _replan(exp, chunks, suite.tests, exp.tests.rounds, manifest)
     a_store = ResultsStore(exp.output / "answers.jsonl")
 
@@ -439,7 +459,10 @@ def _stages(exp: Experiment, chunks, systems: list, plan_: Plan, bar, manifest: 
     finished = answer(suite.tests)
     for r in range(1, exp.tests.rounds + 1):
         bar.start_stage("tests", 2 * _n_docs(exp, chunks) + r - 1, 2 * _n_docs(exp, chunks) + exp.tests.rounds)
-        more = _round_tests(exp, chunks, tester, tracker, r, a_store.frame(), bar)
+        try:
+            more = _round_tests(exp, chunks, tester, tracker, r, a_store.frame(), bar, plan_)
+        except _OverBudget:
+            return "stopped-by-budget"
         suite = TestSuite.concat([suite, more])
         plan_ = _replan(exp, chunks, suite.tests, exp.tests.rounds - r, manifest)
         finished = answer(suite.tests) and finished
@@ -450,9 +473,24 @@ def _stages(exp: Experiment, chunks, systems: list, plan_: Plan, bar, manifest: 
     answers = answers[answers["test_id"].isin(suite.tests["test_id"])
                       & answers["system"].isin([s.name for s in systems])].reset_index(drop=True)
     bar.start_stage("oracle", *_done_of(plan_, "oracle", a_store, exp))
+    store = verdict_store(exp.output / VERDICTS_STORE)
+    answers, deferred = _within_budget(exp, plan_, answers, store)
     oracle_results(answers, suite.tests, judge, evidence=exp.tests.evidence, threshold=exp.tests.threshold,
-                   store=verdict_store(exp.output / VERDICTS_STORE), progress=bar)
-    return "finished"
+                   store=store, progress=bar)
+    return "stopped-by-budget" if deferred else "finished"
+
+
+def _within_budget(exp: Experiment, plan_: Plan, answers: pd.DataFrame, store) -> tuple[pd.DataFrame, int]:
+    """The answers to judge now: those judged already, and as many more as the budget pays for at the dearest
+    verdict; and how many wait for a rerun with more budget."""
+    limit = _limit(exp, plan_, "oracle")
+    if limit is None:
+        return answers, 0
+    done = store.done()
+    judged = [store.key(r) in done or r.get("status") != "ok" for r in answers.to_dict("records")]
+    todo = [i for i, j in enumerate(judged) if not j]
+    keep = [i for i, j in enumerate(judged) if j] + todo[:limit]
+    return answers.iloc[sorted(keep)].reset_index(drop=True), max(0, len(todo) - limit)
 
 
 def _done_of(plan_: Plan, stage: str, a_store, exp) -> tuple[int, int]:
