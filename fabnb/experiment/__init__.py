@@ -120,6 +120,7 @@ from .report import (
                      write_report,
 )
 from .run import run_experiment
+from .systems import grid_tables
 from .testing import (
                      TABLES_FOLDER,
                      TESTS_STORE,
@@ -141,11 +142,11 @@ __all__ = ["ALLOWABLE", "CONFIRM_HOURS", "CONFIRM_USD", "COVERAGE_COLUMNS", "Com
            "PlanInputs", "ProgressFile", "QuestionsSpec", "RANGES", "RUN_STATES", "ReportFiles", "ReportSpec",
            "STATE_LABELS", "SystemSpec", "TABLES_FOLDER", "TALLY_COLUMNS", "TESTS_STORE", "TestsSpec",
            "VERDICTS_STORE", "caveats", "check_output", "check_range", "check_table", "column_sum", "compare_runs",
-           "compare_scores", "corpus_for_tests", "cost_of", "coverage", "failures", "find_runs", "history_markdown",
-           "keep_probes", "kept_probes", "no_duplicates", "plan", "plan_tests", "prepare_systems", "price_of",
-           "price_text", "prices_from_table", "probe_endpoints", "progress_bar", "question_scores", "questions_hash",
-           "read_manifest", "read_progress", "read_run", "record_failure", "resolve_path", "run_differences",
-           "run_experiment", "run_folders", "run_history", "run_status", "run_tests", "scores_by_question", "spent",
-           "stored", "stored_tests", "stores", "suite_tables", "suite_tally", "systems_from_tables", "tally",
-           "tested_configurations", "write_json", "write_manifest", "write_marker", "write_report",
-           "write_tests_report"]
+           "compare_scores", "corpus_for_tests", "cost_of", "coverage", "failures", "find_runs", "grid_tables",
+           "history_markdown", "keep_probes", "kept_probes", "no_duplicates", "plan", "plan_tests", "prepare_systems",
+           "price_of", "price_text", "prices_from_table", "probe_endpoints", "progress_bar", "question_scores",
+           "questions_hash", "read_manifest", "read_progress", "read_run", "record_failure", "resolve_path",
+           "run_differences", "run_experiment", "run_folders", "run_history", "run_status", "run_tests",
+           "scores_by_question", "spent", "stored", "stored_tests", "stores", "suite_tables", "suite_tally",
+           "systems_from_tables", "tally", "tested_configurations", "write_json", "write_manifest", "write_marker",
+           "write_report", "write_tests_report"]
