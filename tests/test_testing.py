@@ -161,7 +161,7 @@ def test_fabnb_run_with_tests_writes_the_studys_tables_for_a_reference_and_a_fra
     path = write_tests_file(tmp_path, extra_tests="rounds = 1")
     run = run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
     out = tmp_path / "out"
-    assert run.status == "finished"
+    assert run.status == "finished" and run.failures.empty
     tables = out / "report" / "tests"
     for name in ("failures_by_configuration", "configuration_pairs", "baseline_comparison", "yield_by_generator",
                  "coverage", "attribution", "attribution_by_configuration", "failure_kinds", "tests"):
@@ -287,8 +287,10 @@ def test_the_tests_example_runs_end_to_end_on_the_embedded_model(tmp_path):
                            "--out", str(out), "--no-progress"], capture_output=True, text=True, timeout=1500,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     seconds = time.perf_counter() - start
-    assert done.returncode == 0, done.stderr[-3000:]
+    # 3: finished with failed cells (a small oracle breaks its JSON now and then), listed and asked again on rerun
+    assert done.returncode in (0, 3), done.stderr[-3000:]
     assert "tester" in done.stdout and "oracle" in done.stdout
+    assert (done.returncode == 3) == ("failed cells by cause" in done.stdout)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["runs"][-1]["status"] == "finished"
     stages = {(s["system"], s["stage"]): s for s in manifest["stages"]}
@@ -352,3 +354,28 @@ def test_the_budget_stops_a_tests_run_before_a_call_could_pass_it_and_a_rerun_go
     assert run.status == "finished"
     prompts = [r["messages"][-1]["content"] for r in env.requests[asked:]]
     assert not any("PASSAGE:" in p for p in prompts)  # the tests written under the first budget were kept
+
+
+def test_failed_cells_give_exit_status_3_and_a_rerun_asks_only_them(tmp_path, monkeypatch, capsys):
+    from fabnb.cli import main
+
+    monkeypatch.setenv("FABNB_CACHE_DIR", str(tmp_path / "cache"))
+    broken = {"on": True}
+
+    def flaky(request, n):
+        text = request["messages"][-1]["content"]
+        if broken["on"] and "Context:" in text and "zorblax" in text:  # answers to the negative tests
+            return 500, {"error": {"message": "scripted outage"}}, {}
+        return scripted(request, n)
+
+    path = write_tests_file(tmp_path)
+    with StubServer(flaky) as server:
+        monkeypatch.setenv("FABNB_TEST_URL", server.base_url)
+        assert main(["run", str(path), "--no-probe", "--no-progress"]) == 3
+        said = capsys.readouterr().out
+        assert "failed cells by cause (a rerun asks them again)" in said and "ref answers http-500: 4" in said
+        broken["on"] = False
+        before = len(server.requests)
+        assert main(["run", str(path), "--no-probe", "--no-progress"]) == 0
+        again = [r["messages"][-1]["content"] for r in server.requests[before:]]
+    assert again and all("zorblax" in t for t in again if "Context:" in t)  # only the failed answers

@@ -129,6 +129,7 @@ from .testing import (
                      plan_tests,
                      run_tests,
                      stored_tests,
+                     suite_failures,
                      suite_tables,
                      suite_tally,
                      tested_configurations,
@@ -147,6 +148,6 @@ __all__ = ["ALLOWABLE", "CONFIRM_HOURS", "CONFIRM_USD", "COVERAGE_COLUMNS", "Com
            "price_of", "price_text", "prices_from_table", "probe_endpoints", "progress_bar", "question_scores",
            "questions_hash", "read_manifest", "read_progress", "read_run", "record_failure", "resolve_path",
            "run_differences", "run_experiment", "run_folders", "run_history", "run_status", "run_tests",
-           "scores_by_question", "spent", "stored", "stored_tests", "stores", "suite_tables", "suite_tally",
-           "systems_from_tables", "tally", "tested_configurations", "write_json", "write_manifest", "write_marker",
-           "write_report", "write_tests_report"]
+           "scores_by_question", "spent", "stored", "stored_tests", "stores", "suite_failures", "suite_tables",
+           "suite_tally", "systems_from_tables", "tally", "tested_configurations", "write_json", "write_manifest",
+           "write_marker", "write_report", "write_tests_report"]

@@ -36,7 +36,8 @@ from .prices import cost_of, price_of, price_text
 from .progress import progress_bar
 
 __all__ = ["TABLES_FOLDER", "TESTS_STORE", "VERDICTS_STORE", "corpus_for_tests", "plan_tests", "run_tests",
-           "stored_tests", "suite_tables", "suite_tally", "tested_configurations", "write_tests_report"]
+           "stored_tests", "suite_failures", "suite_tables", "suite_tally", "tested_configurations",
+           "write_tests_report"]
 
 TESTS_STORE = "tests.jsonl"
 VERDICTS_STORE = "verdicts.jsonl"
@@ -354,6 +355,24 @@ def suite_tally(exp: Experiment) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=TALLY_COLUMNS)
 
 
+def suite_failures(exp: Experiment) -> pd.DataFrame:
+    """Failed cells of a ``[tests]`` run by system, stage (answers, oracle) and cause; a rerun asks them again.
+
+    Returns
+    -------
+    DataFrame
+        :data:`fabnb.experiment.FAILURE_COLUMNS`: system, stage, cause, cells.
+    """
+    from .output import FAILURE_COLUMNS
+
+    frames = []
+    for stage, frame in zip(("answers", "oracle"), _stored(exp)):
+        bad = frame[frame["status"] != "ok"] if len(frame) else frame
+        if len(bad):
+            frames.append(bad.groupby(["system", "cause"]).size().rename("cells").reset_index().assign(stage=stage))
+    return pd.concat(frames, ignore_index=True)[FAILURE_COLUMNS] if frames else pd.DataFrame(columns=FAILURE_COLUMNS)
+
+
 def _limit(exp: Experiment, plan_: Plan, stage: str) -> int | None:
     """Calls of a stage that fit in what is left of the budget, each at its dearest estimate."""
     if exp.budget_usd is None:
@@ -377,7 +396,7 @@ def run_tests(exp: Experiment, opts, old: dict | None):
     plan_ = plan_tests(exp, chunks)
     opts.echo(plan_.render())
     if opts.dry_run:
-        return ExperimentRun(exp.output, plan_, suite_tally(exp), "dry-run", pd.DataFrame())
+        return ExperimentRun(exp.output, plan_, suite_tally(exp), "dry-run", suite_failures(exp))
     reason = None if opts.yes else plan_.confirmation(exp)
     if reason:
         raise ConfirmationNeeded(f"{exp.source}: {reason}")
@@ -403,8 +422,11 @@ def run_tests(exp: Experiment, opts, old: dict | None):
         raise
     said = "; ".join(f"{r.system} {r.stage} {r.ok:,} ok" + (f", {r.failed:,} failed" if r.failed else "")
                      for r in t.itertuples())
-    opts.echo(f"{status}: {said}\nwrote {summary} and {exp.output / TABLES_FOLDER}")
-    return ExperimentRun(exp.output, plan_, t, status, pd.DataFrame(), summary)
+    failed = suite_failures(exp)
+    causes = ("\nfailed cells by cause (a rerun asks them again): " + "; ".join(
+        f"{r.system} {r.stage} {r.cause}: {r.cells}" for r in failed.itertuples())) if len(failed) else ""
+    opts.echo(f"{status}: {said}{causes}\nwrote {summary} and {exp.output / TABLES_FOLDER}")
+    return ExperimentRun(exp.output, plan_, t, status, failed, summary)
 
 
 def _manifest(exp: Experiment, old: dict | None, plan_: Plan) -> dict:
