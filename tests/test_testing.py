@@ -379,3 +379,11 @@ def test_failed_cells_give_exit_status_3_and_a_rerun_asks_only_them(tmp_path, mo
         assert main(["run", str(path), "--no-probe", "--no-progress"]) == 0
         again = [r["messages"][-1]["content"] for r in server.requests[before:]]
     assert again and all("zorblax" in t for t in again if "Context:" in t)  # only the failed answers
+
+
+def test_fabnb_compare_says_what_to_do_with_a_tests_run(tmp_path, env):
+    from fabnb.experiment.comparison import ComparisonError, compare_runs
+
+    run_experiment(Experiment.from_file(write_tests_file(tmp_path)), progress=False, probe=False, echo=quiet)
+    with pytest.raises(ComparisonError, match="is a RAG-TESTER run.*configuration_pairs.csv"):
+        compare_runs(tmp_path / "out", tmp_path / "out")

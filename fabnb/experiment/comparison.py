@@ -85,6 +85,13 @@ def read_run(folder: str | Path) -> tuple[dict, pd.DataFrame]:
     if manifest is None:
         raise ComparisonError(f"{folder} holds no manifest.json: it is not the output folder of fabnb run; name the "
                               "folder a run wrote (the experiment file's output).")
+    if manifest.get("kind") == "tests":
+        raise ComparisonError(f"{folder} is a RAG-TESTER run ([tests]): its verdicts are failures of tests it wrote "
+                              "itself, not judge scores of shared questions, so fabnb compare cannot pair it. Read "
+                              "its report/tests/ tables side by side (failures_by_configuration.csv has each "
+                              "configuration's failure rate with its interval), or put both systems in one [tests] "
+                              "file: the same tests then go to both, and configuration_pairs.csv compares them on "
+                              "matched tests.")
     frame = stores(folder)[1].frame()
     if not len(frame) or not (frame["status"] == "ok").any():
         raise ComparisonError(f"{folder} holds no judge scores yet (scores.jsonl is empty or every score failed); "
