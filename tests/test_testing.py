@@ -278,33 +278,58 @@ def test_a_tests_run_killed_at_each_stage_resumes_asking_only_what_is_missing(tm
 
 
 @pytest.mark.model
-def test_the_tests_example_runs_end_to_end_on_the_embedded_model(tmp_path):
-    """``fabnb run examples/tests.toml`` as a user types it: one document, one test per generator, the embedded
-    model as tester, system and oracle."""
-    out = tmp_path / "tests-demo"
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "fabnb.cli", "run", str(ROOT / "examples" / "tests.toml"),
-                           "--out", str(out), "--no-progress"], capture_output=True, text=True, timeout=1500,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    seconds = time.perf_counter() - start
+@pytest.mark.frameworks
+def test_notebook_14s_run_end_to_end_on_the_embedded_model(tmp_path):
+    """Notebook 14's run as its cells make it, on the real model: ``fabnb run`` of its experiment file against a
+    LlamaIndex pipeline and the HTTP service (examples/http_rag.py) on loopback, one document, one test per
+    generator, the embedded model as tester, answerer and oracle. The model's replies go to the suite's response
+    cache, and the notebook, run in its turn, replays them (one model run for the two)."""
+    from fabnb.core.process import answers_tcp, free_port, start_process, stop_process, wait_ready
+
+    from gen_helpers import notebook_parameters, notebook_turn
+
+    nb = notebook_parameters("14_test_your_system.ipynb")
+    notebooks = ROOT / "notebooks"
+    out = tmp_path / "tests-systems"
+    with notebook_turn("14_test_your_system.ipynb"):
+        port = free_port()
+        service = start_process([sys.executable, str(notebooks / nb["HTTP_APP"]), "--port", str(port)],
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        try:
+            assert wait_ready(service, lambda: answers_tcp("127.0.0.1", port), timeout=600) == "ready"
+            start = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "fabnb.cli", "run", str(notebooks / nb["EXPERIMENT"]),
+                                   "--out", str(out), "--no-progress"], capture_output=True, text=True, timeout=1500,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT),
+                                       "MY_RAG_URL": f"http://127.0.0.1:{port}/ask"})
+            seconds = time.perf_counter() - start
+        finally:
+            stop_process(service)
     # 3: finished with failed cells (a small oracle breaks its JSON now and then), listed and asked again on rerun
     assert done.returncode in (0, 3), done.stderr[-3000:]
-    assert "tester" in done.stdout and "oracle" in done.stdout
     assert (done.returncode == 3) == ("failed cells by cause" in done.stdout)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["runs"][-1]["status"] == "finished"
     stages = {(s["system"], s["stage"]): s for s in manifest["stages"]}
     assert stages[("tester", "tests")]["ok"] == 2  # the document's tests and its fair baseline
     tests = pd.read_csv(out / "report" / "tests" / "tests.csv")
-    answers = stages[("local-bm25", "answers")]
-    assert answers["ok"] + answers["failed"] == len(tests) * 2 and answers["ok"] > 0
-    oracle = stages[("local-bm25", "oracle")]
-    assert oracle["ok"] > 0  # a small model breaks its JSON now and then; those verdicts are recorded
-    for name in ("failures_by_configuration", "coverage", "attribution"):
-        assert (out / "report" / "tests" / f"{name}.csv").exists(), name
+    for system in ("llamaindex", "my-http-rag"):
+        answers = stages[(system, "answers")]
+        assert answers["ok"] + answers["failed"] == len(tests) and answers["ok"] > 0, (system, answers)
+        assert stages[(system, "oracle")]["ok"] > 0
+    returned = pd.read_csv(out / "report" / "tests" / "coverage.csv").set_index("what")
+    assert returned.loc["retrieval: my-http-rag", "chunks_touched"] > 0  # its sources placed in the kit's chunks
     summary = (out / "summary.md").read_text()
     assert "tests: every failure rate has a wide interval" in summary
-    print(f"tests example: {seconds:.0f} s; {len(tests)} tests, {oracle['ok']} verdicts")
+    print(f"notebook 14's run: {seconds:.0f} s; {len(tests)} tests")
+
+
+def test_the_smallest_tests_example_plans_without_a_call():
+    run = run_experiment(Experiment.from_file(ROOT / "examples" / "tests.toml"), dry_run=True, probe=False,
+                         echo=quiet)
+    t = run.plan.table.set_index(["system", "stage"])
+    assert run.status == "dry-run" and t.loc[("tester", "tests"), "calls"] == 2
+    assert t.loc[("local-bm25", "answers"), "calls"] == 5 * 2  # 1 + 1 + 1 tests and 2 baselines, modes A and B
 
 
 def test_a_grid_of_llms_and_retrievers_kept_to_the_pairs_allowed(tmp_path, env):
