@@ -477,6 +477,10 @@ def test_a_run_writes_answers_scores_manifest_report_and_never_the_key(tmp_path,
     summary = (out / "summary.md").read_text()
     # every score the same: no zero-width "95% interval" (issue 49), the spread is named as absent
     assert " 7 [" not in summary and "0.700, no spread (n = 4 / 4)" in summary
+    # gold-document recall per window, with its interval and n (issue 52)
+    assert "## Retrieval by window (gold-document recall, Wilson 95%)" in summary
+    recall = summary.split("## Retrieval by window")[1].split("\n## ")[0]
+    assert "| ref " in recall and "(n = 4)" in recall
     assert (out / "report" / "report.md").exists() and list((out / "report" / "figures").glob("*.png"))
     assert not list((out / "report" / "figures").glob("*.svg"))  # the formats asked for, and no other
     assert pd.read_csv(out / "coverage.csv")["n"].eq(4).all()

@@ -318,6 +318,22 @@ class ReportFiles(NamedTuple):
     analyses: bool
 
 
+def _retrieval_section(answers: pd.DataFrame) -> list[str]:
+    """Gold-document recall per system, window and mode (:func:`fabnb.analysis.retrieval.retrieval_by_window`),
+    when a system's context is known (its sources, or the kit's own retrieval)."""
+    from ..analysis.retrieval import retrieval_by_window
+
+    table = retrieval_by_window(answers) if len(answers) and "gold_retrieved" in answers else pd.DataFrame()
+    if table.empty or table["recall"].isna().all():
+        return []
+    shown = table.assign(recall=[f"{r:.2f} [{lo:.2f}, {hi:.2f}] (n = {n - u:,})" if n > u else "no sources"
+                                 for r, lo, hi, n, u in zip(table["recall"], table["ci_low"], table["ci_high"],
+                                                            table["cells"], table["no_sources"])])
+    return ["## Retrieval by window (gold-document recall, Wilson 95%)", "",
+            "The share of answered cells whose context held a gold document; cells of a system without sources are "
+            "counted apart.", "", shown.drop(columns=["ci_low", "ci_high"]).to_markdown(index=False), ""]
+
+
 def write_report(exp: Experiment, questions: pd.DataFrame | None = None, held: tuple | None = None) -> ReportFiles:
     """``summary.md`` (caveats, plan against done, failures, cost, every mean with its interval and coverage, judge
     sanity flags, mode B - A), ``reference.csv`` and ``report/`` (:func:`fabnb.analysis.reproduction.reproduce` on
@@ -344,6 +360,7 @@ def write_report(exp: Experiment, questions: pd.DataFrame | None = None, held: t
     if len(failed):
         lines += ["## Failed cells (a rerun asks them again)", "", failed.to_markdown(index=False), ""]
     lines += _reference_section(exp, out, answers, questions)
+    lines += _retrieval_section(answers)
     wide = cov.pivot_table(index=["system", "context_k", "mode"], columns="metric", values="shown", aggfunc="first")
     lines += ["## Scores (mean [95% interval], with the cells it covers of those planned)", "",
               f"Intervals: over questions, Student's t on the question means below 100 questions, from there the "
