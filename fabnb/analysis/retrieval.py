@@ -84,7 +84,7 @@ def citation_by_window(returned: pd.DataFrame, questions: pd.DataFrame) -> pd.Da
     ...                          "doc_id": ["d1", "d9", "d9"]})
     >>> questions = pd.DataFrame({"test_id": ["q1"], "gold_doc_ids": [["d1", "d2"]]})
     >>> row = citation_by_window(returned, questions).iloc[0]
-    >>> int(row["sources"]), round(row["precision"], 3), row["recall"]
+    >>> int(row["sources"]), round(float(row["precision"]), 3), float(row["recall"])
     (3, 0.333, 0.5)
     """
     gold = {t: set(ids or ()) for t, ids in zip(questions["test_id"], questions["gold_doc_ids"])}
