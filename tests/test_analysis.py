@@ -278,3 +278,33 @@ def test_a_crossover_inside_the_noise_is_not_separated():
     wide = per.assign(score=per["score"] + per["test_id"].map({"q0": -0.3, "q1": 0.0, "q2": 0.3}))
     assert not C.crossovers(cells, "a", "b", intervals=mean_intervals(wide, n_boot=500))["separated"].iloc[0]
     assert C.crossovers(cells, "a", "b")["separated"].isna().all()
+
+
+def test_the_effective_window_of_a_scripted_fall_is_found_within_one_step_and_a_cold_start_uses_its_peak():
+    """Issue 52: NoLiMa's effective length, with its reference said and its uncertainty over questions."""
+    import numpy as np
+    import pandas as pd
+
+    from fabnb.analysis.curves import effective_window
+
+    rng = np.random.default_rng(1)
+    windows = (4, 8, 12, 16, 24, 32)
+
+    def frame(model, curve):
+        return pd.DataFrame([{"model": model, "context_k": k, "test_id": f"q{i}", "metric": "average",
+                              "score": float(np.clip(curve(k) + rng.normal(0, 0.08), 0, 1))}
+                             for k in windows for i in range(60)])
+
+    falls = frame("falls", lambda k: 0.8 if k <= 12 else 0.5)  # loses what it had past 12K
+    cold = frame("cold", lambda k: min(0.2 + 0.05 * k, 0.8))  # low at short windows, up to its peak
+    flat = frame("flat", lambda k: 0.7)
+    out = effective_window(pd.concat([falls, cold, flat]), n_boot=300).set_index("model")
+    assert out.loc["falls", "effective_k"] == 12 and out.loc["falls", "ends"] == "falls below at 16K"
+    assert out.loc["falls", "reference"] == "best short window"
+    assert out.loc["cold", "reference"].startswith("peak") and out.loc["cold", "ends"] == "beyond the sweep"
+    assert out.loc["flat", "effective_k"] == 32 and out.loc["flat", "ends"] == "beyond the sweep"
+    assert out.loc["falls", "low_k"] <= 12 <= out.loc["falls", "high_k"]
+    # few, noisy questions: the range widens instead of a point being claimed
+    noisy = effective_window(frame("few", lambda k: 0.8 if k <= 12 else 0.65).groupby("context_k").head(4),
+                             n_boot=300).iloc[0]
+    assert noisy["high_k"] - noisy["low_k"] >= 4

@@ -21,9 +21,9 @@ import pandas as pd
 from ..core.schema import AVERAGE, METRICS, SCORE_KEYS
 from ..core.scores import ScoreError, metric_sweep, require_models, with_average
 
-__all__ = ['MIN_FIT_WINDOWS', 'PLATEAU_DELTA', 'classify_scaling', 'context_to_reach', 'fit_log_curves',
-           'fit_logistic_curves', 'gain_rates', 'metric_slopes', 'operating_points', 'predict_log_curve',
-           'predict_logistic_curve', 'question_curves']
+__all__ = ['MIN_FIT_WINDOWS', 'PLATEAU_DELTA', 'classify_scaling', 'context_to_reach', 'effective_window',
+           'fit_log_curves', 'fit_logistic_curves', 'gain_rates', 'metric_slopes', 'operating_points',
+           'predict_log_curve', 'predict_logistic_curve', 'question_curves']
 
 #: Windows a curve needs before the report fits it, labels its behaviour or reads operating points and crossovers
 #: from it. A log curve has two parameters: with 5 windows its fit keeps 3 residual degrees of freedom (t = 3.18 for
@@ -502,3 +502,83 @@ def context_to_reach(scores: pd.DataFrame, threshold: float, metrics=METRICS) ->
             rows.append({"model": model, "metric": metric, "threshold": threshold,
                          "context_k": hit["context_k"].iloc[0] if len(hit) else float("nan")})
     return pd.DataFrame(rows)
+
+
+def _effective(k: np.ndarray, y: np.ndarray, share: float) -> tuple[float, str, float, str]:
+    """One curve's (reference score, its name, effective window, how it ends); windows ascending."""
+    short = float(np.nanmax(y[:2]))
+    peak = int(np.nanargmax(y))
+    if y[peak] > short and peak >= 2:  # a cold start: its short windows are low by definition
+        reference, named = float(y[peak]), f"peak ({k[peak]:g}K)"
+    else:
+        reference, named = short, "best short window"
+    above = y >= share * reference - 1e-12
+    if not above.any():
+        return reference, named, float("nan"), "below from the first window"
+    first = int(np.argmax(above))
+    run = first
+    while run + 1 < len(k) and above[run + 1]:
+        run += 1
+    ends = "beyond the sweep" if run == len(k) - 1 else f"falls below at {k[run + 1]:g}K"
+    return reference, named, float(k[run]), ends
+
+
+def effective_window(scores: pd.DataFrame, metric: str = AVERAGE, share: float = 0.85, *, n_boot: int = 1000,
+                     seed: int = 0) -> pd.DataFrame:
+    """The largest window a system can really use: where its score stays at ``share`` of a reference score.
+
+    NoLiMa's effective length, per model: the reference is the best score of the two shortest windows (its
+    base score), or the peak for a cold-start curve (one that rises past them; its short windows are low by
+    definition); the effective window is the last window of the first run of windows at or above
+    ``share`` x the reference. Its uncertainty is the range of that window over bootstrap draws of the questions
+    (2.5th to 97.5th percentile), so a fall inside the noise shows as a wide range, not a point.
+
+    Parameters
+    ----------
+    scores : DataFrame
+        A score frame with one system and mode and one row per question (model, context_k, test_id, metric,
+        score); questions are the resampled unit.
+    share : float
+        NoLiMa's 0.85 by default.
+
+    Returns
+    -------
+    DataFrame
+        model, metric, share, reference (its name), reference_score, effective_k, ends ("beyond the sweep",
+        "falls below at ...K", or "below from the first window"), low_k, high_k (the bootstrap range), n
+        (questions), draws.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> rows = [{"model": "m", "context_k": k, "test_id": f"q{i}", "metric": "average",
+    ...          "score": (0.8 if k <= 16 else 0.4) + rng.normal(0, 0.05)} for k in (4, 8, 16, 32) for i in range(40)]
+    >>> row = effective_window(pd.DataFrame(rows)).iloc[0]
+    >>> float(row["effective_k"]), row["ends"], (float(row["low_k"]), float(row["high_k"]))
+    (16.0, 'falls below at 32K', (16.0, 16.0))
+    """
+    if not 0 < share <= 1:
+        raise ValueError(f"share is a fraction of the reference score, in (0, 1]; got {share!r}.")
+    rows = scores[(scores["metric"] == metric) & scores["context_k"].notna()]
+    out = []
+    rng = np.random.default_rng(seed)
+    for model, g in rows.groupby("model", sort=False):
+        wide = g.pivot_table(index="test_id", columns="context_k", values="score", aggfunc="mean").sort_index(axis=1)
+        k = wide.columns.to_numpy(float)
+        if len(k) < 2:
+            raise ScoreError(f"{model!r} has {len(k)} window(s) of {metric}; an effective window needs two or more.")
+        ref, named, eff, ends = _effective(k, wide.mean().to_numpy(float), share)
+        values = wide.to_numpy(float)
+        draws = []
+        for _ in range(n_boot):
+            pick = values[rng.integers(0, len(values), len(values))]
+            with np.errstate(all="ignore"):
+                draws.append(_effective(k, np.nanmean(pick, axis=0), share)[2])
+        draws = np.array(draws, float)
+        found = draws[~np.isnan(draws)]
+        low, high = (np.percentile(found, [2.5, 97.5]) if len(found) else (np.nan, np.nan))
+        out.append({"model": model, "metric": metric, "share": share, "reference": named, "reference_score": ref,
+                    "effective_k": eff, "ends": ends, "low_k": float(low), "high_k": float(high),
+                    "n": len(values), "draws": n_boot})
+    return pd.DataFrame(out)
