@@ -481,6 +481,8 @@ def test_a_run_writes_answers_scores_manifest_report_and_never_the_key(tmp_path,
     assert "## Retrieval by window (gold-document recall, Wilson 95%)" in summary
     recall = summary.split("## Retrieval by window")[1].split("\n## ")[0]
     assert "| ref " in recall and "(n = 4)" in recall
+    effective = summary.split("## Effective window")[1].split("\n## ")[0]
+    assert "| ref " in effective and "beyond the sweep" in effective  # every score the same: it never falls
     assert (out / "report" / "report.md").exists() and list((out / "report" / "figures").glob("*.png"))
     assert not list((out / "report" / "figures").glob("*.svg"))  # the formats asked for, and no other
     assert pd.read_csv(out / "coverage.csv")["n"].eq(4).all()

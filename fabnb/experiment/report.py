@@ -318,6 +318,32 @@ class ReportFiles(NamedTuple):
     analyses: bool
 
 
+def _effective_section(exp: Experiment, scores: pd.DataFrame) -> list[str]:
+    """Each system's effective window on the average of its judged metrics
+    (:func:`fabnb.analysis.curves.effective_window`), per mode, from two windows on."""
+    from ..analysis.curves import effective_window
+    from ..core.scores import with_average
+
+    per_q = scores_by_question(scores)
+    if len(exp.windows) < 2 or per_q.empty:
+        return []
+    rows = []
+    for (system, mode), g in with_average(per_q).groupby(["system", "mode"], sort=True):
+        if g["context_k"].nunique() < 2:
+            continue
+        t = effective_window(g.assign(model=system), n_boot=exp.report.bootstrap, seed=exp.report.seed)
+        rows += [{"system": system, "mode": mode, "effective window": "none" if pd.isna(r.effective_k) else
+                  f"{r.effective_k:g}K", "range over questions": "" if pd.isna(r.low_k) else
+                  f"{r.low_k:g}-{r.high_k:g}K", "ends": r.ends, "reference": f"{r.reference} {r.reference_score:.3f}",
+                  "questions": r.n} for r in t.itertuples()]
+    if not rows:
+        return []
+    return ["## Effective window (85% of the reference score, average of the judged metrics)", "",
+            "NoLiMa's effective length: the last window of the first run that keeps 85% of the reference; the range "
+            f"is over {exp.report.bootstrap:,} bootstrap draws of the questions (docs/statistics.md).", "",
+            pd.DataFrame(rows).to_markdown(index=False), ""]
+
+
 def _retrieval_section(answers: pd.DataFrame) -> list[str]:
     """Gold-document recall per system, window and mode (:func:`fabnb.analysis.retrieval.retrieval_by_window`),
     when a system's context is known (its sources, or the kit's own retrieval)."""
@@ -361,6 +387,7 @@ def write_report(exp: Experiment, questions: pd.DataFrame | None = None, held: t
         lines += ["## Failed cells (a rerun asks them again)", "", failed.to_markdown(index=False), ""]
     lines += _reference_section(exp, out, answers, questions)
     lines += _retrieval_section(answers)
+    lines += _effective_section(exp, scores)
     wide = cov.pivot_table(index=["system", "context_k", "mode"], columns="metric", values="shown", aggfunc="first")
     lines += ["## Scores (mean [95% interval], with the cells it covers of those planned)", "",
               f"Intervals: over questions, Student's t on the question means below 100 questions, from there the "
