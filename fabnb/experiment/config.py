@@ -532,11 +532,7 @@ class Experiment:
         keeps their gold documents)."""
         if not any(s.uses_endpoint for s in self.systems):
             return None
-        from ..corpus.collection import load_corpus
-        from ..data.datasets import evidence_corpus, load_fab_bench
-
-        corpus = (evidence_corpus(list(load_fab_bench())) if self.corpus_source == "fab-bench-evidence"
-                  else load_corpus(self.corpus_source))
+        corpus = self.whole_corpus()
         if self.corpus.distractors is None:
             return corpus
         gold = gold_documents(self.questions() if questions is None else questions)
@@ -544,18 +540,30 @@ class Experiment:
         drawn = others.sample(n=min(self.corpus.distractors, len(others)), random_state=self.seed)
         return corpus.select(gold | set(drawn["doc_id"]))
 
-    def chunks(self, documents=None, questions: pd.DataFrame | None = None) -> pd.DataFrame | None:
-        """The chunked corpus for reference systems (None when no system is one)."""
-        if all(s.kind != "reference" for s in self.systems):
-            return None
+    def whole_corpus(self):
+        """Every document of ``[corpus] source``: the FAB-Bench evidence corpus or a folder's documents."""
+        from ..corpus.collection import load_corpus
+        from ..data.datasets import evidence_corpus, load_fab_bench
+
+        return (evidence_corpus(list(load_fab_bench())) if self.corpus_source == "fab-bench-evidence"
+                else load_corpus(self.corpus_source))
+
+    def chunk(self, corpus) -> pd.DataFrame:
+        """``corpus`` cut at ``[corpus] chunk_size`` and ``chunk_overlap`` (a short document's warning is not shown:
+        the chunks' ``whole_document`` column says it)."""
         import warnings
 
         from ..corpus.collection import chunk_corpus
 
-        corpus = self.documents(questions) if documents is None else documents
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return chunk_corpus(corpus, size=self.chunk_size, overlap=self.chunk_overlap)
+
+    def chunks(self, documents=None, questions: pd.DataFrame | None = None) -> pd.DataFrame | None:
+        """The chunked corpus for reference systems (None when no system is one)."""
+        if all(s.kind != "reference" for s in self.systems):
+            return None
+        return self.chunk(self.documents(questions) if documents is None else documents)
 
     def signatures(self) -> dict:
         systems = {s.name: s.signature(self.corpus.signature(), self.output_k) for s in self.systems}

@@ -9,6 +9,7 @@ measures its speed and the model name it reports.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,6 +90,25 @@ class Plan:
     def total_seconds(self) -> float | None:
         secs = self.table["seconds"]
         return None if secs.isna().any() else float(secs.sum())
+
+    def stage_counts(self, stage: str) -> tuple[int, int]:
+        """A stage's calls done and planned, as the plan counts them (what the bar, the sidebar and the CLI say)."""
+        rows = self.table[self.table["stage"] == stage]
+        return int(rows["done"].sum()), int(rows["calls"].sum())
+
+    def calls_within(self, budget_usd: float, spent_usd: float, stage: str) -> int | None:
+        """How many more calls of ``stage`` fit in what is left of ``budget_usd``, each counted at the dearest call
+        the stage can make; None when none has a known price and the budget is not passed.
+
+        >>> plan_ = Plan(pd.DataFrame(columns=PLAN_COLUMNS), pd.DataFrame(), 0, {("judge", "s"): 0.002})
+        >>> plan_.calls_within(1.0, 0.99, "judge"), plan_.calls_within(1.0, 0.5, "answers")
+        (5, None)
+        """
+        per_call = max([c or 0.0 for (s, _), c in self.max_call_cost.items() if s == stage] or [0.0])
+        left = budget_usd - spent_usd
+        if per_call <= 0:
+            return None if left >= 0 else 0
+        return max(0, math.floor(left / per_call))
 
     def confirmation(self, exp: Experiment, usd: float | None = None) -> str | None:
         """Why this plan must be confirmed before it starts, or None.

@@ -8,7 +8,6 @@ pass it.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -49,12 +48,7 @@ def _budget_limit(exp: Experiment, stage: str, plan_: Plan, questions: pd.DataFr
     """How many more calls of a stage fit in the budget, each counted at its largest estimate."""
     if exp.budget_usd is None:
         return None
-    per_call = max((c or 0.0) for (s, _), c in plan_.max_call_cost.items() if s == stage) \
-        if any(s == stage for s, _ in plan_.max_call_cost) else 0.0
-    left = exp.budget_usd - spent(tally(exp, questions))
-    if per_call <= 0:
-        return None if left >= 0 else 0
-    return max(0, math.floor(left / per_call))
+    return plan_.calls_within(exp.budget_usd, spent(tally(exp, questions)), stage)
 
 
 def _start_manifest(exp: Experiment, old: dict | None, plan_: Plan, questions: pd.DataFrame) -> dict:
@@ -99,7 +93,7 @@ def _judge_stage(exp: Experiment, questions: pd.DataFrame, plan_: Plan, bar) -> 
     from ..judge import judge_results
 
     if bar is not None:
-        bar.start_stage("judge", *_stage_counts(plan_, "judge"))
+        bar.start_stage("judge", *plan_.stage_counts("judge"))
     a_store, s_store = stores(exp.output)
     judge = exp.judge.llm(concurrency=exp.judge_concurrency, n_ctx=exp.judge_n_ctx, logprobs=exp.logprobs)
     # The answers with their sources are the largest object of the run: they live only in this function.
@@ -267,7 +261,7 @@ def _save(exp: Experiment, manifest: dict, questions: pd.DataFrame, status: str,
 def _stages(exp: Experiment, inputs: PlanInputs, plan_: Plan, manifest: dict, opts: _Options) -> ExperimentRun:
     """Answers, judge scores and the report, the manifest saved after each; a stop or a failure is recorded."""
     questions = inputs.questions
-    bar = progress_bar(exp.output, _stage_counts(plan_, "answers"), opts.progress)
+    bar = progress_bar(exp.output, plan_.stage_counts("answers"), opts.progress)
     try:
         finished = _answer_stage(exp, [inputs.built[s.name] for s in exp.systems], questions, plan_, bar)
         _save(exp, manifest, questions, "running")
@@ -284,12 +278,6 @@ def _stages(exp: Experiment, inputs: PlanInputs, plan_: Plan, manifest: dict, op
     failed = failures(exp, questions, held)
     opts.echo(_summary_line(exp, t, failed, status, report.analyses))
     return ExperimentRun(exp.output, plan_, t, status, failed, report.summary)
-
-
-def _stage_counts(plan_: Plan, stage: str) -> tuple[int, int]:
-    """A stage's calls done and planned, as the plan counts them (what the bar, the sidebar and the CLI say)."""
-    rows = plan_.table[plan_.table["stage"] == stage]
-    return int(rows["done"].sum()), int(rows["calls"].sum())
 
 
 def _record_end(exp: Experiment, manifest: dict, questions: pd.DataFrame, bar: ProgressFile, exc: BaseException,

@@ -22,7 +22,6 @@ progress file as for FAB-Bench runs.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -30,7 +29,7 @@ import pandas as pd
 from .. import __version__
 from ..core.records import ResultsStore
 from .config import Experiment
-from .output import ExperimentRun, json_records, now, record_failure, write_manifest
+from .output import ExperimentRun, json_records, now, record_failure, spent, write_manifest
 from .planning import PLAN_COLUMNS, ConfirmationNeeded, Plan, prepare_systems
 from .prices import cost_of, price_of, price_text
 from .progress import progress_bar
@@ -56,19 +55,11 @@ def _store(out: Path) -> ResultsStore:
 
 def corpus_for_tests(exp: Experiment):
     """The corpus the tests are written from (``[tests] documents`` of them, drawn with the seed) and its chunks."""
-    import warnings
-
-    from ..corpus.collection import chunk_corpus, load_corpus
-    from ..data.datasets import evidence_corpus, load_fab_bench
-
-    corpus = (evidence_corpus(list(load_fab_bench())) if exp.corpus_source == "fab-bench-evidence"
-              else load_corpus(exp.corpus_source))
+    corpus = exp.whole_corpus()
     n = exp.tests.documents
     if n is not None and n < len(corpus.documents):
         corpus = corpus.select(set(corpus.documents.sample(n=n, random_state=exp.seed)["doc_id"]))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return corpus, chunk_corpus(corpus, size=exp.chunk_size, overlap=exp.chunk_overlap)
+    return corpus, exp.chunk(corpus)
 
 
 def _counts(exp: Experiment) -> dict:
@@ -78,12 +69,9 @@ def _counts(exp: Experiment) -> dict:
 
 
 def _suite(records: list[dict]):
-    from ..qa.testcases import TEST_COLUMNS, TEST_REJECT_COLUMNS, TestSuite
+    from ..qa.testcases import TestSuite
 
-    tests = pd.DataFrame([t for r in records for t in r["tests"]], columns=TEST_COLUMNS)
-    tests["keywords"] = tests["keywords"].map(lambda k: tuple(k) if isinstance(k, (list, tuple)) else ())
-    rejected = pd.DataFrame([x for r in records for x in r["rejected"]], columns=[*TEST_REJECT_COLUMNS, "source_doc"])
-    return TestSuite(tests, rejected)
+    return TestSuite.from_records([t for r in records for t in r["tests"]], [x for r in records for x in r["rejected"]])
 
 
 def _tokens(llm) -> tuple[int, int]:
@@ -284,13 +272,13 @@ def plan_tests(exp: Experiment, chunks: pd.DataFrame, tests: pd.DataFrame | None
                            + max(0, t.rounds - done["round:"]) * docs * t.n_coverage)
     rows.append(_row(exp, "tester", tester, "tests", gen_calls, min(len(parts), gen_calls), todo_tries,
                      _GEN_PROMPT, _GEN_REPLY, max_call))
+    configs = exp.configs()  # a prompt holds at most the window's input budget; a reply at most 256 tokens
+    prompt = int(sum(c.input_budget for c in configs) / len(configs))
+    reply = int(sum(min(c.max_output_tokens, _ANSWER_REPLY) for c in configs) / len(configs))
+    dearest = (max(c.input_budget for c in configs), max(min(c.max_output_tokens, _ANSWER_REPLY) for c in configs))
     for spec in exp.systems:
         a = answers[(answers["system"] == spec.name) & (answers["status"] == "ok")] if len(answers) else answers
         v = verdicts[(verdicts["system"] == spec.name) & (verdicts["status"] == "ok")] if len(verdicts) else verdicts
-        configs = exp.configs()  # a prompt holds at most the window's input budget; a reply at most 256 tokens
-        prompt = int(sum(c.input_budget for c in configs) / len(configs))
-        reply = int(sum(min(c.max_output_tokens, _ANSWER_REPLY) for c in configs) / len(configs))
-        dearest = (max(c.input_budget for c in configs), max(min(c.max_output_tokens, _ANSWER_REPLY) for c in configs))
         rows.append(_row(exp, spec.name, spec.endpoint.model if spec.uses_endpoint else spec.model, "answers",
                          n_tests * cells, len(a), max(0, n_tests * cells - len(a)), prompt, reply, max_call,
                          priced=spec.uses_endpoint, dearest=dearest))
@@ -377,9 +365,7 @@ def _limit(exp: Experiment, plan_: Plan, stage: str) -> int | None:
     """Calls of a stage that fit in what is left of the budget, each at its dearest estimate."""
     if exp.budget_usd is None:
         return None
-    per_call = max([c or 0.0 for (s, _), c in plan_.max_call_cost.items() if s == stage] or [0.0])
-    left = exp.budget_usd - float(pd.to_numeric(suite_tally(exp)["cost_usd"], errors="coerce").fillna(0).sum())
-    return None if per_call <= 0 and left >= 0 else max(0, math.floor(left / per_call)) if per_call > 0 else 0
+    return plan_.calls_within(exp.budget_usd, spent(suite_tally(exp)), stage)
 
 
 # ------------------------------------------------------------------ the run
@@ -445,7 +431,7 @@ def _save(exp: Experiment, manifest: dict, status: str) -> pd.DataFrame:
     t = suite_tally(exp)
     manifest["runs"][-1].update(ended=now(), status=status)
     manifest["stages"] = json_records(t)
-    manifest["spent_usd"] = float(pd.to_numeric(t["cost_usd"], errors="coerce").fillna(0).sum())
+    manifest["spent_usd"] = spent(t)
     write_manifest(exp.output, manifest)
     return t
 
@@ -473,7 +459,7 @@ def _stages(exp: Experiment, chunks, systems: list, plan_: Plan, bar, manifest: 
     a_store = ResultsStore(exp.output / "answers.jsonl")
 
     def answer(tests: pd.DataFrame) -> bool:
-        bar.start_stage("answers", *_done_of(plan_, "answers", a_store, exp))
+        bar.start_stage("answers", *plan_.stage_counts("answers"))
         grid = run_grid(systems, _as_questions(exp, tests, chunks), exp.configs(), a_store, modes=exp.modes,
                         concurrency=exp.concurrency, progress=bar, limit=_limit(exp, plan_, "answers"))
         return not grid.deferred
@@ -494,7 +480,7 @@ def _stages(exp: Experiment, chunks, systems: list, plan_: Plan, bar, manifest: 
     answers = a_store.frame()
     answers = answers[answers["test_id"].isin(suite.tests["test_id"])
                       & answers["system"].isin([s.name for s in systems])].reset_index(drop=True)
-    bar.start_stage("oracle", *_done_of(plan_, "oracle", a_store, exp))
+    bar.start_stage("oracle", *plan_.stage_counts("oracle"))
     store = verdict_store(exp.output / VERDICTS_STORE)
     answers, deferred = _within_budget(exp, plan_, answers, store)
     oracle_results(answers, suite.tests, judge, evidence=exp.tests.evidence, threshold=exp.tests.threshold,
@@ -513,11 +499,6 @@ def _within_budget(exp: Experiment, plan_: Plan, answers: pd.DataFrame, store) -
     todo = [i for i, j in enumerate(judged) if not j]
     keep = [i for i, j in enumerate(judged) if j] + todo[:limit]
     return answers.iloc[sorted(keep)].reset_index(drop=True), max(0, len(todo) - limit)
-
-
-def _done_of(plan_: Plan, stage: str, a_store, exp) -> tuple[int, int]:
-    rows = plan_.table[plan_.table["stage"] == stage]
-    return int(rows["done"].sum()), int(rows["calls"].sum())
 
 
 def _report(exp: Experiment, chunks: pd.DataFrame) -> Path:

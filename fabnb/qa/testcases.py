@@ -100,6 +100,17 @@ class TestSuite:
         return len(self.tests)
 
     @staticmethod
+    def from_records(tests: list[dict], rejected: list[dict]) -> "TestSuite":
+        """A suite from stored records (JSON): keywords back to tuples, the columns in order.
+
+        >>> TestSuite.from_records([{"test_id": "t", "keywords": ["etch"]}], []).tests["keywords"].tolist()
+        [('etch',)]
+        """
+        frame = pd.DataFrame(tests, columns=TEST_COLUMNS)
+        frame["keywords"] = frame["keywords"].map(lambda k: tuple(k) if isinstance(k, (list, tuple)) else ())
+        return TestSuite(frame, pd.DataFrame(rejected, columns=[*TEST_REJECT_COLUMNS, "source_doc"]))
+
+    @staticmethod
     def concat(parts) -> "TestSuite":
         parts = list(parts)
         return TestSuite(pd.concat([p.tests for p in parts], ignore_index=True),

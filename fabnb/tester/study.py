@@ -56,7 +56,6 @@ from ..judge import (
 from ..models.llm import LLM
 from ..qa.testcases import (
     TEST_COLUMNS,
-    TEST_REJECT_COLUMNS,
     TestSuite,
     complex_passage_tests,
     coverage_tests,
@@ -623,9 +622,7 @@ def _load_or_generate_tests(folder: Path, chunks, tester, n, seed):
         if saved.get("fingerprint") != key:
             raise StudyError(f"{path} holds tests of a study with another corpus, test model, size or seed; use a new "
                              "folder for this study, or delete that one to start over.")
-        tests = pd.DataFrame(saved["tests"], columns=TEST_COLUMNS)
-        tests["keywords"] = tests["keywords"].map(tuple)
-        return TestSuite(tests, pd.DataFrame(saved["rejected"], columns=[*TEST_REJECT_COLUMNS, "source_doc"]))
+        return TestSuite.from_records(saved["tests"], saved["rejected"])
     suite = generate_tests(chunks, tester, n, seed=seed)
     # whole or not at all: a killed run leaves either no tests or all of them
     write_whole(path, json.dumps({"fingerprint": key, "tests": suite.tests.to_dict("records"),
