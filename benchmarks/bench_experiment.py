@@ -15,7 +15,12 @@ Figures printed:
   again: requests the server had finished that were asked again (should be 0), and the final
   store counts (should be exactly 8,800 and 52,800).
 
+- recording where the gold evidence sat (issue 52): the answer stage of the same 8,800 cells run twice more on
+  fresh stores, once as shipped and once with :func:`fabnb.rag.grid.evidence_position` switched off, wall and CPU
+  seconds side by side, and the time spent inside the recording itself.
+
 Usage: python benchmarks/bench_experiment.py [--delay 0.25] [--concurrency 32] [--questions all] [--no-kill]
+       [--no-position]
 """
 
 from __future__ import annotations
@@ -137,6 +142,45 @@ def write_experiment(folder: Path, output: Path, args) -> Path:
     return path
 
 
+def position_cost(exp, base_url: str, work: Path, concurrency: int) -> None:
+    """The answer stage with and without the evidence-position record, on fresh stores (the same cells)."""
+    import fabnb.rag.grid as grid
+    from fabnb.models.llm import LLM
+    from fabnb.rag import ReferenceRAG, run_grid
+
+    questions, chunks = exp.questions(), exp.chunks()
+    recorded = grid.evidence_position
+    spent = [0.0]
+
+    def timed(*a):
+        start = time.perf_counter()
+        try:
+            return recorded(*a)
+        finally:
+            spent[0] += time.perf_counter() - start
+
+    rows = []
+    for label, record in (("recorded", timed), ("not recorded", lambda *a: (None, None))):
+        grid.evidence_position = record
+        systems = [ReferenceRAG(chunks, LLM(s.model, base_url, cache=False, max_retries=0), retriever=s.retriever,
+                                name=s.name) for s in exp.systems]
+        start, cpu = time.perf_counter(), time.process_time()
+        done = run_grid(systems, questions, exp.configs(), work / f"position-{label}.jsonl", modes=("A",),
+                        concurrency=concurrency, progress=False)
+        rows.append({"answer stage": label, "cells": done.asked, "wall_s": round(time.perf_counter() - start, 1),
+                     "cpu_s": round(time.process_time() - cpu, 1)})
+    grid.evidence_position = recorded
+    import pandas as pd
+
+    table = pd.DataFrame(rows)
+    wall = table["wall_s"].tolist()
+    print(table.to_markdown(index=False))
+    print(f"evidence position: {spent[0]:.2f} s inside the recording over {rows[0]['cells']:,} cells "
+          f"({100 * spent[0] / max(wall[0], 1e-9):.2f}% of the recorded stage's wall time); the stage with it "
+          f"{100 * (wall[0] - wall[1]) / max(wall[1], 1e-9):+.1f}% against without (wall, noise included).",
+          flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--delay", type=float, default=0.25)
@@ -144,6 +188,7 @@ def main() -> None:
     parser.add_argument("--questions", default="all", help='"all" (200) or a number')
     parser.add_argument("--reuse", help="the in-process folder of an earlier run: take its stage times, skip the run")
     parser.add_argument("--no-kill", action="store_true", help="skip the kill-and-resume part")
+    parser.add_argument("--no-position", action="store_true", help="skip the evidence-position cost part")
     add_smoke(parser)
     args = parser.parse_args()
     apply_smoke(args, delay=0.01, concurrency=16, questions="2")
@@ -203,6 +248,8 @@ def main() -> None:
                          "ratio_to_plain": round(calls / seconds / plain_rate, 3),
                          "share_of_bound": round(bound / seconds, 3)})
         print(pd.DataFrame(rows).to_markdown(index=False), flush=True)
+        if not args.no_position:
+            position_cost(exp, base_url, work, args.concurrency)
 
         if args.no_kill:
             return

@@ -401,3 +401,19 @@ def test_dual_mode_attribution_labels_each_question_by_its_rule():
     assert out.to_dict() == {"r": "retrieval", "g": "generation", "n": "neither", "x": "mixed", "u": "unpaired"}
     wider = dual_mode_attribution(dual_mode_delta(scores), margin=0.05).set_index("test_id")["attribution"]
     assert wider["x"] == "retrieval"  # the margin is a setting: the same gap passes a lower one
+
+
+def test_the_retriever_ablation_claims_a_real_difference_and_not_a_tie():
+    from fabnb.analysis.comparison import retriever_ablation
+
+    rng = np.random.default_rng(3)
+    base = {f"q{i}": rng.uniform(0.3, 0.7) for i in range(30)}
+    rows = [{"system": s, "context_k": k, "test_id": q, "metric": "depth",
+             "score": min(1.0, v + (0.15 if s == "dense" else 0.0) + rng.normal(0, 0.05))}
+            for s in ("sparse", "dense", "same") for k in (4.0, 8.0) for q, v in base.items()]
+    t = retriever_ablation(pd.DataFrame(rows), {"sparse": "bm25", "dense": "minilm", "same": "tfidf"},
+                           metric="depth").set_index(["system", "context_k"])
+    assert t.loc[("dense", 4.0), "claimed"] and t.loc[("dense", 8.0), "claimed"]
+    assert not t.loc[("same", 4.0), "claimed"] and not t.loc[("same", 8.0), "claimed"]
+    assert np.isnan(t.loc[("sparse", 4.0), "diff"]) and t.loc[("dense", 4.0), "diff"] == pytest.approx(0.15, abs=0.05)
+    assert retriever_ablation(pd.DataFrame(rows), {"dense": "minilm"}, metric="depth").empty  # no base: no table

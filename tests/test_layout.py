@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "fabnb"
-EXPERIMENT_ORDER = ["prices", "fields", "systems", "config", "output", "progress", "planning", "report",
+EXPERIMENT_ORDER = ["prices", "fields", "systems", "config", "output", "progress", "planning", "windows", "report",
                     "testing", "run", "comparison", "history"]
 
 

@@ -25,6 +25,13 @@ def test_needle_distractors_are_the_least_similar(evidence_chunks):
         assert np.allclose(got, m[m.role == "distractor"].cos_to_anchor)
         assert sorted(m.position) == list(range(5))
     assert ctx.members.groupby("context_id").apply(lambda m: m[m.role == "target"].position.item()).nunique() > 1
+    # Where the needle sits (issue 52): the tokens of the members before it, one per separator, and its depth.
+    for row in ctx.contexts.itertuples():
+        m = ctx.show(row.context_id)
+        at = int(m.index[m.role == "target"][0])
+        assert row.target_offset == int(m.n_tokens[:at].sum()) + at
+        assert row.target_depth == round(row.target_offset / (m.n_tokens.sum() + len(m) - 1 - m.n_tokens[at]), 4)
+    assert ctx.contexts["target_depth"].between(0, 1).all() and ctx.contexts["target_depth"].nunique() > 1
 
 
 def test_multi_topic_chunks_are_separated_and_from_one_document(evidence_chunks):

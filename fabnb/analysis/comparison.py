@@ -17,7 +17,7 @@ from ..core.scores import ScoreError, at_window, metric_sweep, require_models
 from .curves import fit_log_curves, question_curves
 
 __all__ = ['MODE_ATTRIBUTIONS', 'crossovers', 'dual_mode_attribution', 'dual_mode_delta', 'framework_table',
-           'routing_table']
+           'retriever_ablation', 'routing_table']
 
 
 def crossovers(
@@ -318,3 +318,65 @@ def dual_mode_attribution(delta: pd.DataFrame, margin: float = 0.1, low: float =
     label = np.select([~delta["paired"].astype(bool), d >= margin, (a < low) & (b < low), a >= low],
                       ["unpaired", "retrieval", "generation", "neither"], "mixed")
     return delta.assign(attribution=label)
+
+
+def retriever_ablation(scores: pd.DataFrame, retrievers: dict, base: str = "bm25", metric: str = AVERAGE, *,
+                       n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """The paper's future work (2), a retriever ablation: systems that differ only in their retriever (sparse,
+    dense, hybrid) on the same questions and windows, each window's mean with its interval and its paired
+    difference from the ``base`` retriever's system, claimed under the kit's policy (the table one family).
+
+    Parameters
+    ----------
+    scores : DataFrame
+        Per-question scores of one mode (system, context_k, test_id, metric, score).
+    retrievers : dict
+        system name -> retriever name (``tfidf``, ``bm25``, ``minilm``, ``hybrid``); systems not named are left out.
+    base : str
+        The retriever the others are set against.
+
+    Returns
+    -------
+    DataFrame
+        system, retriever, context_k, mean, ci_low, ci_high, n, method (the interval's, as
+        :func:`fabnb.core.stats.cell_means` chose it), diff (minus the base system on the same questions; NaN for
+        the base), diff_low, diff_high, p_holm, claimed.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> rows = [{"system": s, "context_k": k, "test_id": f"q{i}", "metric": "depth",
+    ...          "score": 0.5 + (0.2 if s == "dense" else 0.0) + rng.normal(0, 0.05)}
+    ...         for s in ("sparse", "dense") for k in (4, 8) for i in range(20)]
+    >>> t = retriever_ablation(pd.DataFrame(rows), {"sparse": "bm25", "dense": "minilm"}, metric="depth")
+    >>> t[t["retriever"] == "minilm"][["context_k", "claimed"]].values.tolist()
+    [[4.0, True], [8.0, True]]
+    """
+    from ..core.scores import with_average
+    from ..core.stats import cell_means, paired_differences
+
+    columns = ["system", "retriever", "context_k", "mean", "ci_low", "ci_high", "n", "method", "diff", "diff_low",
+               "diff_high", "p_holm", "claimed"]
+    s = scores[scores["system"].isin(list(retrievers))]
+    if metric == AVERAGE and not (s["metric"] == AVERAGE).any():
+        s = with_average(s)
+    s = s[s["metric"] == metric].assign(context_k=lambda f: f["context_k"].astype(float),
+                                        score=lambda f: f["score"].astype(float))
+    bases = [name for name, r in retrievers.items() if r == base]
+    if s.empty or not bases:
+        return pd.DataFrame(columns=columns)
+    per_q = s.groupby(["system", "context_k", "test_id"], as_index=False)["score"].mean()
+    means = cell_means(per_q, ["system", "context_k"], n_boot=n_boot, seed=seed, bounds=(0.0, 1.0))
+    means = means.drop(columns="n").rename(columns={"n_clusters": "n"})
+    wide = per_q.pivot_table(index=["context_k", "test_id"], columns="system", values="score")
+    diffs = pd.concat([(wide[name] - wide[bases[0]]).rename("d").reset_index().assign(system=name)
+                       for name in wide.columns if name != bases[0]], ignore_index=True) if wide.shape[1] > 1 else None
+    out = means.assign(retriever=means["system"].map(retrievers))
+    if diffs is not None:
+        judged = paired_differences(diffs, ["system", "context_k"], n_boot=n_boot, seed=seed)
+        judged = judged.rename(columns={"mean": "diff", "ci_low": "diff_low", "ci_high": "diff_high"})
+        out = out.merge(judged[["system", "context_k", "diff", "diff_low", "diff_high", "p_holm", "claimed"]],
+                        on=["system", "context_k"], how="left")
+    out = out.reindex(columns=columns)
+    out["claimed"] = out["claimed"].astype("boolean").fillna(False).astype(bool)
+    return out.sort_values(["context_k", "system"], ignore_index=True)

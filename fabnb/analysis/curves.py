@@ -23,7 +23,7 @@ from ..core.scores import ScoreError, metric_sweep, require_models, with_average
 
 __all__ = ['MIN_FIT_WINDOWS', 'PLATEAU_DELTA', 'classify_scaling', 'context_to_reach', 'effective_window',
            'fit_log_curves', 'fit_logistic_curves', 'gain_rates', 'metric_slopes', 'operating_points',
-           'predict_log_curve', 'predict_logistic_curve', 'question_curves']
+           'predict_log_curve', 'predict_logistic_curve', 'question_curves', 'scaling_by_type']
 
 #: Windows a curve needs before the report fits it, labels its behaviour or reads operating points and crossovers
 #: from it. A log curve has two parameters: with 5 windows its fit keeps 3 residual degrees of freedom (t = 3.18 for
@@ -582,3 +582,65 @@ def effective_window(scores: pd.DataFrame, metric: str = AVERAGE, share: float =
                     "effective_k": eff, "ends": ends, "low_k": float(low), "high_k": float(high),
                     "n": len(values), "draws": n_boot})
     return pd.DataFrame(out)
+
+
+def scaling_by_type(scores: pd.DataFrame, questions: pd.DataFrame, metric: str = AVERAGE, *, min_questions: int = 10,
+                    n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """The paper's future work (3), per-category scaling: each model's curve split by the question's test type
+    (robustness, multi-hop, generation quality), labelled, fitted and given its effective window.
+
+    Each type's curve goes through :func:`classify_scaling` (labels only with evidence, the whole table one
+    family), :func:`fit_log_curves` and :func:`effective_window`; a type with fewer than ``min_questions``
+    questions scored gets no label, fit or window, and says so (the split multiplies the noise of each curve).
+
+    Parameters
+    ----------
+    scores : DataFrame
+        Per-question scores of one mode (model, context_k, test_id, metric, score).
+    questions : DataFrame
+        test_id, test_type.
+
+    Returns
+    -------
+    DataFrame
+        model, test_type, n_questions, label, rule, slope (of the log fit), slope_ci_low, slope_ci_high, r_squared,
+        effective_k, ends.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(1)
+    >>> q = pd.DataFrame({"test_id": [f"q{i}" for i in range(40)], "test_type": ["robustness", "multi_hop"] * 20})
+    >>> rows = [{"model": "m", "context_k": k, "test_id": f"q{i}", "metric": "depth",
+    ...          "score": 0.55 + (0.08 * np.log2(k) if i % 2 else 0.0) + rng.normal(0, 0.02)}
+    ...         for k in (1, 2, 4, 8, 16) for i in range(40)]
+    >>> t = scaling_by_type(pd.DataFrame(rows), q, "depth")
+    >>> t.set_index("test_type")["label"].to_dict()
+    {'multi_hop': 'logarithmic growth', 'robustness': 'flat (no context effect)'}
+    """
+    if metric == AVERAGE and not (scores["metric"] == AVERAGE).any():
+        scores = with_average(scores)  # before the merge: the average is per question, over its metrics
+    typed = scores[scores["metric"] == metric].merge(questions[["test_id", "test_type"]], on="test_id", how="inner")
+    columns = ["model", "test_type", "n_questions", "label", "rule", "slope", "slope_ci_low", "slope_ci_high",
+               "r_squared", "effective_k", "ends"]
+    counts = typed.groupby(["model", "test_type"])["test_id"].nunique()
+    enough = [key for key, n in counts.items() if n >= min_questions]
+    rows = [{"model": m, "test_type": t, "n_questions": int(n), "label": "too few questions",
+             "rule": f"{n} questions of this type, {min_questions} needed for a curve of its own"}
+            for (m, t), n in counts.items() if n < min_questions]
+    if enough:
+        sep = " | "  # a curve per (model, type): the functions below take one model column
+        part = typed.set_index(["model", "test_type"]).loc[enough].reset_index()
+        part = part.assign(model=part["model"].astype(str) + sep + part["test_type"].astype(str))
+        labels = classify_scaling(part, metric, n_boot=n_boot, seed=seed).set_index("model")
+        means = part.groupby(["model", "context_k", "metric"], as_index=False)["score"].mean()
+        fits = fit_log_curves(means, metric).set_index("model")
+        effective = (effective_window(part, metric, n_boot=0, seed=seed).set_index("model")
+                     if part["context_k"].nunique() >= 2 else pd.DataFrame())
+        for curve in labels.index:
+            model, test_type = curve.split(sep, 1)
+            rows.append({"model": model, "test_type": test_type, "n_questions": int(counts[(model, test_type)]),
+                         "label": labels.loc[curve, "label"], "rule": labels.loc[curve, "rule"],
+                         **{c: fits.loc[curve, c] for c in ("slope", "slope_ci_low", "slope_ci_high", "r_squared")},
+                         "effective_k": effective.loc[curve, "effective_k"] if curve in effective.index else np.nan,
+                         "ends": effective.loc[curve, "ends"] if curve in effective.index else ""})
+    return pd.DataFrame(rows, columns=columns).sort_values(["model", "test_type"], ignore_index=True)

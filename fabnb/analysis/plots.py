@@ -15,6 +15,8 @@ function                 paper figure
 :func:`plot_mode_gap`    Appendix F.3: mode B - mode A per context, with intervals
 :func:`plot_generation`  Algorithm 1's temperature and threshold per attempt
 :func:`plot_failures`    RAG-TESTER: failure rates by configuration or generator
+:func:`plot_position`    score against the gold passage's depth (the position sweep)
+:func:`plot_reference_check`  the judge-free check beside judged factuality by window
 =======================  ====================================================
 """
 
@@ -27,8 +29,9 @@ from ..core.schema import AVERAGE, METRIC_LABELS, METRICS
 from ..core.scores import at_window, metric_sweep
 from .curves import MIN_FIT_WINDOWS, fit_log_curves, fit_logistic_curves, predict_log_curve, predict_logistic_curve
 
-__all__ = ['plot_breakdown', 'plot_correlations', 'plot_deltas', 'plot_failures', 'plot_frameworks', 'plot_generation',
-           'plot_history', 'plot_mode_gap', 'plot_radar', 'plot_scaling']
+__all__ = ['plot_breakdown', 'plot_correlations', 'plot_deltas', 'plot_failures', 'plot_frameworks',
+           'plot_generation', 'plot_history', 'plot_mode_gap', 'plot_position', 'plot_radar', 'plot_reference_check',
+           'plot_scaling']
 
 
 def _axes(ax, polar: bool = False, size=(7, 4.5)):
@@ -520,4 +523,69 @@ def plot_history(table: pd.DataFrame, metric: str = AVERAGE, ax=None):
     ax.set_title(f"History: {metric}, run after run (hollow: other questions or judge than the run before)")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_position(table: pd.DataFrame, metric: str | None = None, ax=None):
+    """Score against the gold passage's depth, one line per system and window, with the intervals of
+    :func:`fabnb.analysis.position.score_by_depth` (a point without one is drawn bare, never with a made-up bar).
+
+    Returns the Axes.
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"system": "s", "context_k": 8.0, "metric": "factuality", "depth": [0, 50, 100],
+    ...                   "mean": [0.9, 0.6, 0.3], "ci_low": [0.8, 0.5, 0.2], "ci_high": [1.0, 0.7, 0.4], "n": 10})
+    >>> ax = plot_position(t)
+    >>> len(ax.lines) >= 1, ax.get_xlabel()
+    (True, 'Depth of the gold passage in the window (%)')
+    """
+    ax = _axes(ax)
+    metric = metric or (table["metric"].iloc[0] if len(table) else "")
+    t = table[table["metric"] == metric]
+    for (system, k), g in t.groupby(["system", "context_k"], sort=True):
+        g = g.sort_values("depth")
+        low = (g["mean"] - g["ci_low"]).fillna(0).clip(lower=0)
+        high = (g["ci_high"] - g["mean"]).fillna(0).clip(lower=0)
+        ax.errorbar(g["depth"], g["mean"], yerr=[low, high], marker="o", capsize=3, label=f"{system} {k:g}K")
+    ax.set_xlabel("Depth of the gold passage in the window (%)")
+    ax.set_ylabel(f"{metric} (0-1)")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("Score against where the gold passage sat")
+    if len(t):
+        ax.legend(fontsize=8)
+    return ax
+
+
+def plot_reference_check(table: pd.DataFrame, ax=None):
+    """The judge-free check beside the judged factuality by window, one pair of lines per system and mode (solid:
+    the share the check finds correct; dashed: the judge's mean factuality on the same cells), each with its
+    interval from :func:`fabnb.analysis.objective.reference_beside_judged`.
+
+    Returns the Axes.
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"system": "s", "context_k": [4.0, 8.0], "mode": "A", "n": 20, "rate": [0.5, 0.6],
+    ...                   "rate_low": [0.3, 0.4], "rate_high": [0.7, 0.8], "judged": [0.7, 0.7],
+    ...                   "judged_low": [0.6, 0.6], "judged_high": [0.8, 0.8], "judged_method": "t"})
+    >>> ax = plot_reference_check(t)
+    >>> [text.get_text() for text in ax.get_legend().get_texts()]
+    ['s A: reference check', 's A: judged factuality']
+    """
+    ax = _axes(ax)
+    colors = _palette(max(1, table.groupby(["system", "mode"]).ngroups))
+    for color, ((system, mode), g) in zip(colors, table.groupby(["system", "mode"], sort=True)):
+        g = g.sort_values("context_k")
+        for value, low, high, style, what in (("rate", "rate_low", "rate_high", "-", "reference check"),
+                                              ("judged", "judged_low", "judged_high", "--", "judged factuality")):
+            below = (g[value] - g[low]).fillna(0).clip(lower=0)
+            above = (g[high] - g[value]).fillna(0).clip(lower=0)
+            ax.errorbar(g["context_k"], g[value], yerr=[below, above], linestyle=style, marker="o", capsize=3,
+                        color=color, label=f"{system} {mode}: {what}")
+    _context_axis(ax, table["context_k"], True, "Share correct / mean score (0-1)",
+                  "Judge-free check beside the judged factuality (objective questions)")
+    ax.set_ylim(0, 1.05)
+    if len(table):
+        ax.legend(fontsize=8)
     return ax

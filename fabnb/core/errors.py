@@ -69,6 +69,7 @@ CAUSES: dict[str, str] = {
     "empty-answer": "the system answered with no text",
     "over-budget": "the question alone does not fit the context window's input budget",
     "no-gold-context": "mode B needs gold evidence, and the question has none",
+    "no-position-sweep": "the system builds its own context: the position sweep cannot place the gold passage in it",
     "missing-embedding-model": "the dense retriever's model is not installed (the 'dense' extra)",
     # judge scores and oracle verdicts (fabnb.judge)
     "not-json": "the judge's output is not the JSON asked for",

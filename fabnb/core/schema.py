@@ -79,7 +79,8 @@ RESULT_KEYS: tuple[str, ...] = ("system", "model", "context_k", "mode", "test_id
 RENAMED_MODELS: dict[str, str] = {"gemma-3-270m-it-q4_k_m": "gemma-3-270m-q4_k_m"}
 #: The columns of a results store's frame, in order.
 RESULT_COLUMNS: list[str] = [*RESULT_KEYS, "output_tokens", "status", "cause", "error", "answer", "n_sources",
-                             "sources_exposed", "sources", "gold_retrieved", "context_tokens", "prompt_tokens",
+                             "sources_exposed", "sources", "gold_retrieved", "evidence_offset", "evidence_depth",
+                             "context_tokens", "prompt_tokens",
                              "completion_tokens", "latency_s", "context_signal", "answer_words",
                              "answer_repetition", "answer_language", "ts"]
 

@@ -36,7 +36,8 @@ TOPIC_SEPARATION = 0.3
 SYNTHESIS_STRATEGIES = {"needle_in_haystack": "robustness", "multi_topic": "generation_quality",
                         "multi_hop": "multi_hop"}
 
-CONTEXT_COLUMNS = ["context_id", "strategy", "test_type", "anchor_chunk", "doc_ids", "n_chunks", "n_tokens", "text"]
+CONTEXT_COLUMNS = ["context_id", "strategy", "test_type", "anchor_chunk", "doc_ids", "n_chunks", "n_tokens",
+                   "target_offset", "target_depth", "text"]
 MEMBER_COLUMNS = ["context_id", "position", "chunk_id", "doc_id", "role", "cluster", "cos_to_anchor", "n_tokens"]
 CONTEXT_REJECT_COLUMNS = ["strategy", "anchor", "reason"]
 
@@ -49,8 +50,10 @@ class Contexts:
     ----------
     contexts : DataFrame
         context_id, strategy, test_type, anchor_chunk (target or seed; for
-        multi-topic the first topic chunk), doc_ids (tuple), n_chunks, n_tokens, text
-        (member texts in position order, separated by blank lines).
+        multi-topic the first topic chunk), doc_ids (tuple), n_chunks, n_tokens, target_offset and target_depth
+        (where a needle-in-haystack target sits: tokens before it, one per separator, and its relative depth, 0
+        first and 1 last, as an answer cell's ``evidence_offset`` and ``evidence_depth`` say; None for the other
+        strategies), text (member texts in position order, separated by blank lines).
     members : DataFrame
         context_id, position, chunk_id, doc_id, role (``target``, ``seed``,
         ``link``, ``topic`` or ``distractor``), cluster (multi-topic), cos_to_anchor,
@@ -95,19 +98,27 @@ class _Builder:
         cid = f"{self.strategy}-{len(self.contexts):04d}"
         rows = [r for r, _, _ in members]
         cos = self.vectors.cosine([anchor_row], rows)[0]
-        texts = []
+        texts, tokens, roles = [], [], []
         for position, i in enumerate(order):
             row, role, cluster = members[i]
             c = self.chunks.iloc[row]
+            tokens.append(int(c["n_tokens"]))
+            roles.append(role)
             self.members.append({"context_id": cid, "position": position, "chunk_id": c["chunk_id"],
                                  "doc_id": c["doc_id"], "role": role, "cluster": cluster,
                                  "cos_to_anchor": float(cos[i]), "n_tokens": int(c["n_tokens"])})
             texts.append(c["text"])
         docs = tuple(dict.fromkeys(self.chunks.iloc[r]["doc_id"] for r in rows))
+        offset = depth = None
+        if "target" in roles and len(roles) > 1:  # the needle: where the answer's evidence sits among the distractors
+            at = roles.index("target")
+            offset = sum(tokens[:at]) + at
+            depth = round(offset / (sum(tokens) + len(tokens) - 1 - tokens[at]), 4)
         self.contexts.append({"context_id": cid, "strategy": self.strategy,
                               "test_type": SYNTHESIS_STRATEGIES[self.strategy],
                               "anchor_chunk": self.chunks.iloc[anchor_row]["chunk_id"], "doc_ids": docs,
                               "n_chunks": len(rows), "n_tokens": int(self.chunks.iloc[rows]["n_tokens"].sum()),
+                              "target_offset": offset, "target_depth": depth,
                               "text": "\n\n".join(texts)})
 
     def result(self) -> Contexts:

@@ -135,6 +135,7 @@ from .testing import (
                      tested_configurations,
                      write_tests_report,
 )
+from .windows import summary_sections, window_sections
 
 __all__ = ["ALLOWABLE", "CONFIRM_HOURS", "CONFIRM_USD", "COVERAGE_COLUMNS", "Comparison", "ComparisonError",
            "ConfirmationNeeded", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment", "ExperimentError",
@@ -149,5 +150,5 @@ __all__ = ["ALLOWABLE", "CONFIRM_HOURS", "CONFIRM_USD", "COVERAGE_COLUMNS", "Com
            "questions_hash", "read_manifest", "read_progress", "read_run", "record_failure", "resolve_path",
            "run_differences", "run_experiment", "run_folders", "run_history", "run_status", "run_tests",
            "scores_by_question", "spent", "stored", "stored_tests", "stores", "suite_failures", "suite_tables",
-           "suite_tally", "systems_from_tables", "tally", "tested_configurations", "write_json", "write_manifest",
-           "write_marker", "write_report", "write_tests_report"]
+           "suite_tally", "summary_sections", "systems_from_tables", "tally", "tested_configurations",
+           "window_sections", "write_json", "write_manifest", "write_marker", "write_report", "write_tests_report"]

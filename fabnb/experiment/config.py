@@ -153,6 +153,8 @@ class ContextsSpec:
     n_snippets: int | None = None
     threshold: float = 0.0
     temperature: float = 0.0
+    positions: tuple[int, ...] = ()  # the position sweep: percent depths of the gold passage (modes P0 ... P100)
+    position_sample: int | None = None  # questions the sweep asks (a seeded sample; None: every one)
 
     @classmethod
     def from_table(cls, ctx: dict, where: str, text: str | None = None) -> "ContextsSpec":
@@ -180,9 +182,25 @@ class ContextsSpec:
         if isinstance(output_k, str) and output_k != "schedule":
             raise ExperimentError(f"{where}: [contexts] output_k = {output_k!r} must be \"schedule\" (the paper's "
                                   "1K/2K/4K) or a number of K tokens.")
+        positions = ctx.get("positions", [])
+        if not all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p <= 100 for p in positions):
+            raise ExperimentError(f"{where}: [contexts] positions = {positions!r}{line_of(text, 'positions')} must "
+                                  "list depths of the gold passage in percent of the window, whole numbers from 0 "
+                                  "(first) to 100 (last), e.g. [0, 25, 50, 75, 100].")
+        no_duplicates(list(positions), "positions", "[contexts]", where, text)
+        sample = ctx.get("position_sample")
+        if sample is not None and (not positions or sample < 1):
+            raise ExperimentError(f"{where}: [contexts] position_sample = {sample!r}{line_of(text, 'position_sample')}"
+                                  " is the number of questions the position sweep asks: a whole number from 1, "
+                                  "with positions set.")
         return cls(tuple(float(w) for w in windows), modes,
                    output_k if isinstance(output_k, str) else float(output_k), ctx.get("n_snippets"),
-                   float(ctx.get("threshold", 0.0)), float(ctx.get("temperature", 0.0)))
+                   float(ctx.get("threshold", 0.0)), float(ctx.get("temperature", 0.0)), tuple(positions), sample)
+
+    @property
+    def position_modes(self) -> tuple[str, ...]:
+        """The position sweep's modes, ``P<percent>`` (:func:`fabnb.rag.grid.position_mode`); empty without one."""
+        return tuple(f"P{p}" for p in self.positions)
 
     def configs(self) -> list:
         """One :class:`fabnb.rag.RAGConfig` per window."""
@@ -383,7 +401,6 @@ class Experiment:
     source: str = "<dict>"
 
     windows = _alias("contexts", "windows")
-    modes = _alias("contexts", "modes")
     output_k = _alias("contexts", "output_k")
     n_snippets = _alias("contexts", "n_snippets")
     threshold = _alias("contexts", "threshold")
@@ -406,6 +423,29 @@ class Experiment:
     judge_temperature = _alias("judging", "temperature")
     judge_n_ctx = _alias("judging", "n_ctx")
     compare_published = _alias("report", "compare_published")
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """Every mode a cell is asked in: ``[contexts] modes``, then the position sweep's (``P<percent>``)."""
+        return self.contexts.modes + self.contexts.position_modes
+
+    def asked_in(self, mode: str, questions: pd.DataFrame) -> pd.DataFrame:
+        """The questions asked in ``mode``: all of them, except for a position sweep's modes with
+        ``position_sample``, which ask a sample of the questions that have gold context, seeded by ``seed`` (the
+        same sample in every window, position and rerun).
+
+        >>> exp = Experiment.from_dict({"name": "d", "output": "o", "contexts": {"positions": [0, 100],
+        ...                             "position_sample": 1}, "systems": [{"name": "r", "model": "embedded"}]})
+        >>> q = pd.DataFrame({"test_id": ["q1", "q2"], "gold_context": ["x", ""]})
+        >>> exp.modes, len(exp.asked_in("A", q)), exp.asked_in("P100", q)["test_id"].tolist()
+        (('A', 'P0', 'P100'), 2, ['q1'])
+        """
+        if mode not in self.contexts.position_modes or self.contexts.position_sample is None:
+            return questions
+        golden = questions[questions["gold_context"].fillna("").astype(str).str.len() > 0]
+        if len(golden) <= self.contexts.position_sample:
+            return golden
+        return golden.sample(self.contexts.position_sample, random_state=self.seed).sort_index()
 
     # ------------------------------------------------------------ reading
     @classmethod
@@ -458,6 +498,16 @@ class Experiment:
                   concurrency=int(data.get("concurrency", 4)), seed=int(data.get("seed", 0)),
                   source_text=text or "", source=source)
         _check_framework_budgets(exp, where, text)
+        if exp.contexts.positions and exp.tests is not None:
+            raise ExperimentError(f"{where}: [contexts] positions{line_of(text, 'positions')} with [tests]: the "
+                                  "position sweep asks questions with gold context, not RAG-TESTER's tests. Run the "
+                                  "sweep from a file of its own.")
+        if exp.contexts.positions:
+            builds_own = [s.name for s in exp.systems if s.kind != "reference"]
+            if builds_own:
+                raise ExperimentError(f"{where}: [contexts] positions{line_of(text, 'positions')}: the position sweep "
+                                      f"places the gold passage in a context fabnb builds, and {builds_own} build "
+                                      "their own; run the sweep in a file whose systems are of the reference kind.")
         if exp.budget_usd is not None:
             unknown = [m for m in exp.models() if price_of(m, exp.prices) is None]
             if unknown:

@@ -202,13 +202,13 @@ def tally(exp: Experiment, questions: pd.DataFrame, held: tuple | None = None) -
         (tokens and cost of the calls made; cached judge replies cost nothing).
     """
     answers, scores = held if held is not None else stored(exp, questions)
-    n_q, n_c, n_m = len(questions), len(exp.windows), len(exp.modes)
+    per_window = sum(len(exp.asked_in(m, questions)) for m in exp.modes)  # a position sweep may ask a sample
     rows = []
     for spec in exp.systems:
         a = answers[answers["system"] == spec.name]
         priced_model = spec.endpoint.model if spec.uses_endpoint else ""
         pt, ct = column_sum(a, "prompt_tokens"), column_sum(a, "completion_tokens")
-        rows.append({"system": spec.name, "stage": "answers", "planned": n_q * n_c * n_m,
+        rows.append({"system": spec.name, "stage": "answers", "planned": per_window * len(exp.windows),
                      "ok": int((a["status"] == "ok").sum()), "failed": int((a["status"] != "ok").sum()),
                      "prompt_tokens": pt, "completion_tokens": ct,
                      "cost_usd": cost_of(priced_model, exp.prices, pt, ct) if priced_model else None})
@@ -243,13 +243,15 @@ def stored(exp: Experiment, questions: pd.DataFrame):
 def planned(exp: Experiment, questions: pd.DataFrame, answers: pd.DataFrame, scores: pd.DataFrame):
     """The store rows that belong to this experiment's current plan (windows, modes, questions, systems)."""
     names = [s.name for s in exp.systems]
-    ids = set(questions["test_id"])
+    ids = {m: set(exp.asked_in(m, questions)["test_id"]) for m in exp.modes}
 
     def keep(frame: pd.DataFrame) -> pd.DataFrame:
         if frame.empty:
             return frame
-        mask = (frame["system"].isin(names) & frame["test_id"].isin(ids) & frame["mode"].isin(exp.modes)
-                & frame["context_k"].astype(float).isin(exp.windows))
+        asked = pd.Series(False, index=frame.index)
+        for mode, in_mode in ids.items():
+            asked |= (frame["mode"] == mode) & frame["test_id"].isin(in_mode)
+        mask = frame["system"].isin(names) & asked & frame["context_k"].astype(float).isin(exp.windows)
         return frame[mask].reset_index(drop=True)
 
     answers, scores = keep(answers), keep(scores)

@@ -80,6 +80,7 @@ class Plan:
     max_call_cost: dict
     unit: str = "question"  # what n_questions counts ("test" for a [tests] run)
     note: str | None = None  # how the tokens were estimated, when not as for FAB-Bench questions
+    said: tuple = ()  # lines the plan adds below its table (the position sweep's multiplication)
 
     @property
     def total_cost(self) -> float | None:
@@ -159,7 +160,7 @@ class Plan:
                                         else "")
                                      + (f" (kept from {r.measured})" if getattr(r, "kept", False) else ""))
                 for r in self.probes.itertuples()))
-        return "\n".join(lines)
+        return "\n".join([*lines, *self.said])
 
     def __repr__(self) -> str:
         return self.render()
@@ -281,8 +282,10 @@ def probe_endpoints(exp: Experiment, built: dict, only=None, kept: pd.DataFrame 
 # ------------------------------------------------------------------ token estimates
 
 
-def _retrieved(exp: Experiment, questions: pd.DataFrame, chunks, top_budget: int) -> dict:
-    """Per (retriever, test_id): the scores and token counts of the hits, deep enough for the largest window."""
+def _retrieved(exp: Experiment, questions: pd.DataFrame, chunks, top_budget: int, built: dict | None = None) -> dict:
+    """Per (retriever, test_id): the scores and token counts of the hits, deep enough for the largest window.
+
+    A built reference system's own retriever is used where there is one (a dense index is not embedded twice)."""
     from ..rag import make_retriever
 
     retrievers, hits = {}, {}
@@ -290,7 +293,8 @@ def _retrieved(exp: Experiment, questions: pd.DataFrame, chunks, top_budget: int
         if spec.kind != "reference" or "A" not in exp.modes:
             continue
         if spec.retriever not in retrievers:
-            retrievers[spec.retriever] = make_retriever(chunks, spec.retriever)
+            own = getattr((built or {}).get(spec.name), "retriever", None)
+            retrievers[spec.retriever] = own if own is not None else make_retriever(chunks, spec.retriever)
         r = retrievers[spec.retriever]
         for q in questions.itertuples():
             if (spec.retriever, q.test_id) not in hits:
@@ -301,7 +305,8 @@ def _retrieved(exp: Experiment, questions: pd.DataFrame, chunks, top_budget: int
     return hits
 
 
-def _answer_estimates(exp: Experiment, questions: pd.DataFrame, chunks, configs) -> pd.DataFrame:
+def _answer_estimates(exp: Experiment, questions: pd.DataFrame, chunks, configs, built: dict | None = None
+                      ) -> pd.DataFrame:
     """Per (system, window, mode, question): prompt, context and completion tokens of the answer call.
 
     Returns
@@ -316,15 +321,17 @@ def _answer_estimates(exp: Experiment, questions: pd.DataFrame, chunks, configs)
     gold_tokens = {r.test_id: count_tokens(r.gold_context or "") for r in questions.itertuples()}
     answer_tokens = {r.test_id: count_tokens(r.ground_truth_answer or "") for r in questions.itertuples()}
     fixed = count_tokens(SYSTEM_PROMPT) + 12  # the prompt's headings and the chat template's own tokens
-    hits = _retrieved(exp, questions, chunks, max(c.input_budget for c in configs))
+    hits = _retrieved(exp, questions, chunks, max(c.input_budget for c in configs), built)
     rows = []
     for spec in exp.systems:
         for c in configs:
             for mode in exp.modes:
-                for q in questions.itertuples():
+                for q in exp.asked_in(mode, questions).itertuples():
                     tid = q.test_id
                     room = max(0, c.input_budget - q_tokens[tid] - PROMPT_OVERHEAD)
-                    if mode == "B":
+                    if mode[0] == "P":  # a position sweep fills the window with the gold passage and distractors
+                        context = room
+                    elif mode == "B":
                         context = min(gold_tokens[tid], room)
                     elif spec.kind == "reference":
                         scores, tokens = hits[(spec.retriever, tid)]
@@ -335,7 +342,7 @@ def _answer_estimates(exp: Experiment, questions: pd.DataFrame, chunks, configs)
                         context = room  # an adapter's retrieval is unknown until it answers: at most the window
                     rows.append({"system": spec.name, "context_k": c.context_k, "mode": mode, "test_id": tid,
                                  "prompt_tokens": fixed + q_tokens[tid] + context,
-                                 "context_tokens": context if (mode == "B" or spec.kind == "reference") else None,
+                                 "context_tokens": context if (mode != "A" or spec.kind == "reference") else None,
                                  "completion_tokens": min(c.max_output_tokens, max(1, answer_tokens[tid])),
                                  "max_completion_tokens": c.max_output_tokens})
     return pd.DataFrame(rows)
@@ -357,7 +364,7 @@ def _judge_estimates(exp: Experiment, questions: pd.DataFrame, answers: pd.DataF
     reply = exp.reason_chars // 3 + 16  # a reason of that many characters, the score and the JSON around them
     for a in answers.itertuples():
         fmt = q.loc[a.test_id, "question_format"]
-        has_context = a.mode == "B" or exposes[a.system]
+        has_context = a.mode != "A" or exposes[a.system]
         answer = min(a.completion_tokens, exp.max_answer_tokens)
         answer_max = min(a.max_completion_tokens, exp.max_answer_tokens)
         context = a.context_tokens if a.context_tokens is not None and not pd.isna(a.context_tokens) else 0
@@ -492,7 +499,7 @@ def plan(exp: Experiment, probe: bool = False, inputs: PlanInputs | None = None)
     """
     inputs = inputs if inputs is not None else PlanInputs.read(exp)
     questions = inputs.questions
-    answers = _answer_estimates(exp, questions, inputs.chunks, exp.configs())
+    answers = _answer_estimates(exp, questions, inputs.chunks, exp.configs(), inputs.built)
     answers, judged = _mark_done(exp, answers, _judge_estimates(exp, questions, answers))
     kept, to_do = kept_probes(exp.output), _endpoints_to_do(exp, answers, judged)
     if not probe:  # no call, yet the time of every endpoint a run of this folder measured (its kept probes)
@@ -504,7 +511,20 @@ def plan(exp: Experiment, probe: bool = False, inputs: PlanInputs | None = None)
     for spec in exp.systems:
         rows.append(_answer_row(exp, spec, answers, speed, max_call))
         rows.append(_judge_row(exp, spec, judged, speed, max_call))
-    return Plan(pd.DataFrame(rows, columns=PLAN_COLUMNS), probes, len(questions), max_call)
+    return Plan(pd.DataFrame(rows, columns=PLAN_COLUMNS), probes, len(questions), max_call,
+                said=_sweep_said(exp, questions))
+
+
+def _sweep_said(exp: Experiment, questions: pd.DataFrame) -> tuple:
+    """The position sweep's multiplication, said under the plan's table (none without a sweep)."""
+    swept = exp.contexts.position_modes
+    if not swept:
+        return ()
+    n = len(exp.asked_in(swept[0], questions))
+    per_system = n * len(swept) * len(exp.windows)
+    return (f"position sweep: {n:,} questions x {len(swept)} depths ({', '.join(swept)}) x {len(exp.windows)} "
+            f"windows = {per_system:,} answers per system, each judged like every answer "
+            + ("(position_sample)" if exp.contexts.position_sample else "(every question with gold context)"),)
 
 
 class ConfirmationNeeded(ExperimentError):

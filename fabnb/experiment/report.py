@@ -11,6 +11,7 @@ import pandas as pd
 from .. import __version__
 from .config import Experiment, gold_documents
 from .output import failures, now, stored, tally
+from .windows import window_sections
 
 __all__ = ["COVERAGE_COLUMNS", "FEW_QUESTIONS", "ReportFiles", "caveats", "coverage", "question_scores",
            "scores_by_question", "write_report"]
@@ -55,7 +56,7 @@ def coverage(exp: Experiment, questions: pd.DataFrame, scores: pd.DataFrame) -> 
     """
     from ..core.stats import cell_means
 
-    planned = len(questions) * exp.replicates
+    planned_in = {m: len(exp.asked_in(m, questions)) * exp.replicates for m in exp.modes}
     cell = ["system", "context_k", "mode", "metric"]
     ok = scores[scores["status"] == "ok"] if len(scores) else scores
     if len(ok):
@@ -80,26 +81,11 @@ def coverage(exp: Experiment, questions: pd.DataFrame, scores: pd.DataFrame) -> 
                     shown = "-" if mean is None else f"{mean:.3f}" + (
                         f" [{lo:.3f}, {hi:.3f}]" if lo is not None else f", {spread}")
                     rows.append({"system": spec.name, "context_k": k, "mode": mode, "metric": metric, "score": mean,
-                                 "ci_low": lo, "ci_high": hi, "n": n, "planned": planned, "flagged": n_flagged,
+                                 "ci_low": lo, "ci_high": hi, "n": n, "planned": planned_in[mode],
+                                 "flagged": n_flagged,
                                  "score_unflagged": float(clean[key]) if len(ok) and key in clean.index else None,
-                                 "shown": shown + f" (n = {n:,} / {planned:,})"})
+                                 "shown": shown + f" (n = {n:,} / {planned_in[mode]:,})"})
     return pd.DataFrame(rows, columns=COVERAGE_COLUMNS)
-
-
-def _reference_section(exp: Experiment, out: Path, answers: pd.DataFrame, questions: pd.DataFrame) -> list[str]:
-    """``reference.csv`` and its summary lines: the no-LLM check of objective answers."""
-    from ..judge import reference_scores
-
-    if not (exp.reference_check and len(answers)):
-        return []
-    ok = answers[answers["status"] == "ok"]
-    ref = reference_scores(ok, questions) if len(ok) else pd.DataFrame()
-    ref.to_csv(out / "reference.csv", index=False)
-    if not len(ref):
-        return []
-    agg = ref.groupby(["system", "context_k", "mode"])["correct"].agg(["mean", "size"]).reset_index()
-    return ["## Reference check of objective answers (not G-Eval)", "",
-            agg.rename(columns={"mean": "correct", "size": "n"}).to_markdown(index=False), ""]
 
 
 def scores_by_question(scores: pd.DataFrame) -> pd.DataFrame:
@@ -318,48 +304,6 @@ class ReportFiles(NamedTuple):
     analyses: bool
 
 
-def _effective_section(exp: Experiment, scores: pd.DataFrame) -> list[str]:
-    """Each system's effective window on the average of its judged metrics
-    (:func:`fabnb.analysis.curves.effective_window`), per mode, from two windows on."""
-    from ..analysis.curves import effective_window
-    from ..core.scores import with_average
-
-    per_q = scores_by_question(scores)
-    if len(exp.windows) < 2 or per_q.empty:
-        return []
-    rows = []
-    for (system, mode), g in with_average(per_q).groupby(["system", "mode"], sort=True):
-        if g["context_k"].nunique() < 2:
-            continue
-        t = effective_window(g.assign(model=system), n_boot=exp.report.bootstrap, seed=exp.report.seed)
-        rows += [{"system": system, "mode": mode, "effective window": "none" if pd.isna(r.effective_k) else
-                  f"{r.effective_k:g}K", "range over questions": "" if pd.isna(r.low_k) else
-                  f"{r.low_k:g}-{r.high_k:g}K", "ends": r.ends, "reference": f"{r.reference} {r.reference_score:.3f}",
-                  "questions": r.n} for r in t.itertuples()]
-    if not rows:
-        return []
-    return ["## Effective window (85% of the reference score, average of the judged metrics)", "",
-            "NoLiMa's effective length: the last window of the first run that keeps 85% of the reference; the range "
-            f"is over {exp.report.bootstrap:,} bootstrap draws of the questions (docs/statistics.md).", "",
-            pd.DataFrame(rows).to_markdown(index=False), ""]
-
-
-def _retrieval_section(answers: pd.DataFrame) -> list[str]:
-    """Gold-document recall per system, window and mode (:func:`fabnb.analysis.retrieval.retrieval_by_window`),
-    when a system's context is known (its sources, or the kit's own retrieval)."""
-    from ..analysis.retrieval import retrieval_by_window
-
-    table = retrieval_by_window(answers) if len(answers) and "gold_retrieved" in answers else pd.DataFrame()
-    if table.empty or table["recall"].isna().all():
-        return []
-    shown = table.assign(recall=[f"{r:.2f} [{lo:.2f}, {hi:.2f}] (n = {n - u:,})" if n > u else "no sources"
-                                 for r, lo, hi, n, u in zip(table["recall"], table["ci_low"], table["ci_high"],
-                                                            table["cells"], table["no_sources"])])
-    return ["## Retrieval by window (gold-document recall, Wilson 95%)", "",
-            "The share of answered cells whose context held a gold document; cells of a system without sources are "
-            "counted apart.", "", shown.drop(columns=["ci_low", "ci_high"]).to_markdown(index=False), ""]
-
-
 def write_report(exp: Experiment, questions: pd.DataFrame | None = None, held: tuple | None = None) -> ReportFiles:
     """``summary.md`` (caveats, plan against done, failures, cost, every mean with its interval and coverage, judge
     sanity flags, mode B - A), ``reference.csv`` and ``report/`` (:func:`fabnb.analysis.reproduction.reproduce` on
@@ -385,9 +329,8 @@ def write_report(exp: Experiment, questions: pd.DataFrame | None = None, held: t
     lines += ["## Calls", "", t.to_markdown(index=False), ""]
     if len(failed):
         lines += ["## Failed cells (a rerun asks them again)", "", failed.to_markdown(index=False), ""]
-    lines += _reference_section(exp, out, answers, questions)
-    lines += _retrieval_section(answers)
-    lines += _effective_section(exp, scores)
+    per_question = scores_by_question(scores)  # one frame for the window sections, the B - A table and report/
+    lines += window_sections(exp, out, answers, questions, per_question)
     wide = cov.pivot_table(index=["system", "context_k", "mode"], columns="metric", values="shown", aggfunc="first")
     lines += ["## Scores (mean [95% interval], with the cells it covers of those planned)", "",
               f"Intervals: over questions, Student's t on the question means below 100 questions, from there the "
@@ -402,9 +345,9 @@ def write_report(exp: Experiment, questions: pd.DataFrame | None = None, held: t
                                     aggfunc="first").reset_index().to_markdown(index=False), ""]
     lines += _flag_section(scores)
     lines += _calibration_section(out)
-    per_question = scores_by_question(scores)  # one frame for the B - A table and report/
-    lines += _gap_section(exp, per_question)
-    note = _analyses(exp, out, per_question)
+    main = per_question[per_question["mode"].isin(exp.contexts.modes)] if len(per_question) else per_question
+    lines += _gap_section(exp, main)
+    note = _analyses(exp, out, main)  # the position sweep's modes have their own section
     lines += ["## Analyses", "", note or "Fits, behaviour labels, operating points, crossovers, correlations, "
               "dilution deltas, profiles and figures: [report/report.md](report/report.md).", ""]
     (out / "summary.md").write_text("\n".join(lines), encoding="utf-8")

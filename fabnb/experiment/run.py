@@ -82,10 +82,15 @@ def _answer_stage(exp: Experiment, systems: list, questions: pd.DataFrame, plan_
     from ..rag import run_grid
 
     a_store, _ = stores(exp.output)
-    grid = run_grid(systems, questions, exp.configs(), a_store, modes=exp.modes, concurrency=exp.concurrency,
-                    progress=bar if bar is not None else False,
-                    limit=_budget_limit(exp, "answers", plan_, questions))
-    return not grid.deferred
+    deferred = 0
+    # One grid per set of questions: a position sweep may ask a sample of them (Experiment.asked_in).
+    for modes in (exp.contexts.modes, exp.contexts.position_modes):
+        if modes:
+            grid = run_grid(systems, exp.asked_in(modes[0], questions), exp.configs(), a_store, modes=modes,
+                            concurrency=exp.concurrency, progress=bar if bar is not None else False,
+                            limit=_budget_limit(exp, "answers", plan_, questions))
+            deferred += grid.deferred
+    return not deferred
 
 
 def _judge_stage(exp: Experiment, questions: pd.DataFrame, plan_: Plan, bar) -> bool:

@@ -42,7 +42,8 @@ from .config import (ANYTHINGLLM_DEFAULTS, CONTEXT_INDICATORS, OUTPUT_SCHEDULE, 
 from .frameworks import (FRAMEWORKS, QUESTION_TOKENS, SERVE_ENV, Framework, FrameworkRAG, FrameworkSetup,
                          ServedPipeline, load_factory)
 from .kinds import SYSTEM_KINDS, Setting, SystemKind, add_kind, system_kind, system_kinds
-from .grid import GridRun, ask_cell, mode_pairs, questions_frame, retrieval_table, run_grid
+from .grid import (GridRun, ask_cell, evidence_position, mode_pairs, position_depth, position_mode, questions_frame,
+                   retrieval_table, run_grid)
 from .retrievers import (HIT_COLUMNS, MINILM, RETRIEVERS, BM25Retriever, DenseRetriever, HybridRetriever,
                          Retriever, RetrieverKind, TfidfRetriever, make_retriever, minilm_embedder, minilm_path,
                          openai_embedder, pick_context, select_context)
@@ -51,13 +52,13 @@ from .system import (Answer, RAGSystem, ReferenceRAG, answer_from_context, check
 # isort: on
 
 __all__ = ['ANYTHINGLLM_DEFAULTS', 'Answer', 'AnythingLLM', 'BM25Retriever', 'CONTEXT_INDICATORS', 'DenseRetriever',
-           'FRAMEWORKS', 'Framework', 'FrameworkRAG', 'FrameworkSetup', 'QUESTION_TOKENS', 'answer_from_context',
-           'Hayhooks', 'LightRAG', 'OpenWebUI', 'SERVE_ENV', 'ServedPipeline', 'count_context', 'load_factory',
-           'minilm_path', 'GridRun', 'HIT_COLUMNS', 'HTTPAdapter', 'HybridRetriever', 'MINILM', 'MaxKB', 'Metaso',
-           'OUTPUT_SCHEDULE', 'PAPER_CONTEXTS', 'PROMPT_OVERHEAD', 'RAGConfig', 'RAGError', 'RAGFlow', 'RAGSystem',
-           'RESULT_COLUMNS', 'RESULT_KEYS', 'RETRIEVERS', 'ReferenceRAG', 'ResultsStore', 'Retriever', 'RetrieverKind',
-           'SYSTEM_KINDS', 'SYSTEM_PROMPT', 'Setting', 'SystemKind', 'add_kind', 'system_kind', 'system_kinds',
-           'TfidfRetriever', 'ask_cell', 'check_answer', 'check_budget', 'context_prompt', 'count_tokens',
-           'detect_context_use', 'get_path', 'make_retriever', 'minilm_embedder', 'mode_pairs', 'openai_embedder',
-           'output_tokens', 'pick_context', 'prepare_system', 'questions_frame', 'retrieval_table', 'run_grid',
-           'select_context', 'sweep', 'truncate_tokens']
+           'FRAMEWORKS', 'Framework', 'FrameworkRAG', 'FrameworkSetup', 'GridRun', 'HIT_COLUMNS', 'HTTPAdapter',
+           'Hayhooks', 'HybridRetriever', 'LightRAG', 'MINILM', 'MaxKB', 'Metaso', 'OUTPUT_SCHEDULE', 'OpenWebUI',
+           'PAPER_CONTEXTS', 'PROMPT_OVERHEAD', 'QUESTION_TOKENS', 'RAGConfig', 'RAGError', 'RAGFlow', 'RAGSystem',
+           'RESULT_COLUMNS', 'RESULT_KEYS', 'RETRIEVERS', 'ReferenceRAG', 'ResultsStore', 'Retriever',
+           'RetrieverKind', 'SERVE_ENV', 'SYSTEM_KINDS', 'SYSTEM_PROMPT', 'ServedPipeline', 'Setting', 'SystemKind',
+           'TfidfRetriever', 'add_kind', 'answer_from_context', 'ask_cell', 'check_answer', 'check_budget',
+           'context_prompt', 'count_context', 'count_tokens', 'detect_context_use', 'evidence_position', 'get_path',
+           'load_factory', 'make_retriever', 'minilm_embedder', 'minilm_path', 'mode_pairs', 'openai_embedder',
+           'output_tokens', 'pick_context', 'position_depth', 'position_mode', 'prepare_system', 'questions_frame',
+           'retrieval_table', 'run_grid', 'select_context', 'sweep', 'system_kind', 'system_kinds', 'truncate_tokens']

@@ -16,7 +16,8 @@ from ..core.text import word_measures
 from .config import RAGConfig, RAGError
 from .system import RAGSystem, ReferenceRAG
 
-__all__ = ['GridRun', 'ask_cell', 'mode_pairs', 'questions_frame', 'retrieval_table', 'run_grid']
+__all__ = ['GridRun', 'ask_cell', 'evidence_position', 'mode_pairs', 'position_depth', 'position_mode',
+           'questions_frame', 'retrieval_table', 'run_grid']
 
 # ------------------------------------------------------------------ results store and the grid
 
@@ -52,18 +53,71 @@ def _gold_retrieved(sources, gold_doc_ids) -> bool | None:
     return any(s.get("doc_id") in set(gold_doc_ids) for s in sources)
 
 
+def position_mode(depth: float) -> str:
+    """The mode of a position-sweep cell: the gold passage placed at ``depth`` (a share, 0 to 1) of the window.
+
+    >>> position_mode(0.5), position_depth("P50"), position_depth("A")
+    ('P50', 0.5, None)
+    """
+    if not 0.0 <= depth <= 1.0:
+        raise ValueError(f"a position is a share of the window, 0 (first) to 1 (last); got {depth!r}.")
+    return f"P{round(depth * 100):d}"
+
+
+def position_depth(mode: str) -> float | None:
+    """The depth (0 to 1) of a position-sweep mode (``"P25"`` is 0.25); None for modes A and B."""
+    if isinstance(mode, str) and mode[:1] == "P" and mode[1:].isdigit() and int(mode[1:]) <= 100:
+        return int(mode[1:]) / 100
+    return None
+
+
+def evidence_position(sources, source_tokens, gold_doc_ids) -> tuple[int | None, float | None]:
+    """Where the gold evidence sat in a context the kit built: the tokens before the first gold source (counting
+    one per separator) and its relative depth (0 = first, 1 = nothing after it; None when it is the only source,
+    first and last at once); ``(None, None)`` when the context holds no gold source or its sources' tokens are
+    unknown (a system that builds its own context).
+
+    >>> evidence_position([{"doc_id": "d9"}, {"doc_id": "d1"}, {"doc_id": "d8"}], [100, 50, 100], ["d1"])
+    (101, 0.5)
+    """
+    if not sources or source_tokens is None or len(source_tokens) != len(sources):
+        return None, None
+    gold = set(gold_doc_ids or ()) | {"gold"}
+    at = next((i for i, s in enumerate(sources) if s.get("doc_id") in gold), None)
+    if at is None:
+        return None, None
+    offset = sum(source_tokens[:at]) + at
+    rest = sum(source_tokens) + len(source_tokens) - 1 - source_tokens[at]
+    return offset, round(offset / rest, 4) if len(sources) > 1 and rest > 0 else None
+
+
 def ask_cell(system, question: dict, config: RAGConfig, mode: str) -> dict:
-    """Ask one cell and return its result record (status ``ok`` or ``error`` with its cause)."""
+    """Ask one cell and return its result record (status ``ok`` or ``error`` with its cause).
+
+    Modes: ``A`` (the system's own retrieval), ``B`` (the gold context), ``P<percent>`` (the gold passage placed
+    at that depth among the window's other chunks, :meth:`fabnb.rag.ReferenceRAG.ask_at`). Where the kit built
+    the context, the record says where the gold evidence sat (``evidence_offset``, ``evidence_depth``:
+    :func:`evidence_position`).
+    """
     record = {"system": system.name, "model": system.model, "context_k": float(config.context_k), "mode": mode,
               "test_id": question["test_id"], "output_tokens": config.max_output_tokens, "ts": time.time()}
-    if mode not in ("A", "B"):
-        raise ValueError(f"mode must be 'A' (system retrieval) or 'B' (gold context), not {mode!r}")
-    gold = question.get("gold_context") if mode == "B" else None
-    if mode == "B" and not gold:
+    depth = position_depth(mode)
+    if mode not in ("A", "B") and depth is None:
+        raise ValueError(f"mode must be 'A' (system retrieval), 'B' (gold context) or 'P0'-'P100' (the gold "
+                         f"passage at that depth), not {mode!r}")
+    gold = question.get("gold_context") if mode != "A" else None
+    if mode != "A" and not gold:
         return {**record, "status": "error", "cause": "no-gold-context",
-                "error": f"{question['test_id']} has no gold_context for mode B."}
+                "error": f"{question['test_id']} has no gold_context for mode {mode}."}
+    if depth is not None and not hasattr(system, "ask_at"):
+        return {**record, "status": "error", "cause": "no-position-sweep",
+                "error": f"{system.name} builds its own context: only a system whose context fabnb builds (the "
+                         "reference kind) can place the gold passage at a depth."}
     try:
-        a = system.ask(question["question"], config, gold_context=gold)
+        if depth is None:
+            a = system.ask(question["question"], config, gold_context=gold)
+        else:
+            a = system.ask_at(question["question"], config, gold, depth, question.get("gold_doc_ids") or ())
     except RAGError as exc:
         return {**record, "status": "error", "cause": exc.cause, "error": str(exc)}
     except Exception as exc:  # noqa: BLE001 - an adapter bug must not stop the grid; it is recorded
@@ -72,6 +126,9 @@ def ask_cell(system, question: dict, config: RAGConfig, mode: str) -> dict:
             "n_sources": None if a.sources is None else len(a.sources),
             "sources_exposed": a.sources is not None, "sources": a.sources,
             "gold_retrieved": _gold_retrieved(a.sources, question.get("gold_doc_ids")) if mode == "A" else None,
+            **dict(zip(("evidence_offset", "evidence_depth"),
+                       evidence_position(a.sources, getattr(a, "source_tokens", None), question.get("gold_doc_ids"))
+                       if mode != "B" else (None, None))),
             "context_tokens": a.context_tokens, "prompt_tokens": a.prompt_tokens,
             "completion_tokens": a.completion_tokens, "latency_s": round(a.latency_s, 4),
             "context_signal": a.context_signal, **_measures(a.answer), "ts": time.time()}
@@ -110,7 +167,7 @@ def run_grid(systems, questions: pd.DataFrame, configs, store: ResultsStore | st
         test_id, question, and for mode B gold_context (:func:`questions_frame`).
     configs : list of RAGConfig (or of context sizes in K tokens)
     store : ResultsStore or path
-    modes : tuple of {"A", "B"}
+    modes : tuple of {"A", "B", "P0" ... "P100"}
     concurrency : int
         Cells in flight at once (threads; the work is waiting on servers).
     error_policy : {"record", "raise"}

@@ -37,6 +37,9 @@ class Answer:
         Tokens of context the system was given (reference system and mode B), else 0.
     context_signal : float or None
         Appendix F's heuristic evidence of context use, for systems without sources.
+    source_tokens : list of int or None
+        Tokens of each source as the prompt holds them, in its order, where the kit built the context (the
+        reference system): what places the gold evidence in the window (:func:`fabnb.rag.grid.evidence_position`).
     """
 
     answer: str
@@ -46,6 +49,7 @@ class Answer:
     completion_tokens: int = 0
     context_tokens: int = 0
     context_signal: float | None = None
+    source_tokens: list | None = None
 
 
 @runtime_checkable
@@ -191,7 +195,58 @@ class ReferenceRAG:
                        for r in chosen]
         else:
             return answer_from_context(self.llm, question, gold_context, config)
-        return _complete(self.llm, question, context, config, sources, context_tokens)
+        answer = _complete(self.llm, question, context, config, sources, context_tokens)
+        answer.source_tokens = [int(r["n_tokens"]) for r in chosen]
+        return answer
+
+
+    def ask_at(self, question: str, config: RAGConfig, gold_context: str, depth: float,
+               gold_doc_ids=()) -> Answer:
+        """Answer with the gold passage placed at ``depth`` (0 = first, 1 = last) among the window's other chunks:
+        the position sweep's cell (mode ``P<percent>``, :func:`fabnb.rag.grid.position_mode`).
+
+        The other chunks are the retriever's best for the question from documents other than the gold ones (hard
+        distractors, as a real retrieval brings them), filling the window's budget left after the gold passage
+        (itself cut to the budget) under the configuration's ``n_snippets`` and ``threshold``: with few of them
+        the depths are coarse, and the cell's ``evidence_depth`` says where the passage really sat. The gold
+        passage's source is ``{"id": "gold", "doc_id": "gold"}``.
+
+        Examples
+        --------
+        It starts the embedded model's server (the suite runs it with the ``model`` tests).
+
+        >>> import pandas as pd
+        >>> from fabnb.models.local import default_llm
+        >>> chunks = pd.DataFrame({"chunk_id": ["c1", "c2", "c3"], "doc_id": ["d1", "d2", "d3"],
+        ...                        "text": ["Etch rates rise with power.", "Etch masks use hard oxide.",
+        ...                                 "Etch selectivity is a ratio."]})
+        >>> rag = ReferenceRAG(chunks, default_llm())
+        >>> a = rag.ask_at("How do etch rates change?", RAGConfig(1), "Etch rates rise with RF power.", 1.0,
+        ...                gold_doc_ids=["d1"])
+        >>> [s["doc_id"] for s in a.sources], a.source_tokens[-1] > 0
+        (['d2', 'd3', 'gold'], True)
+        """
+        if not 0.0 <= depth <= 1.0:
+            raise ValueError(f"depth is a share of the window, 0 (first) to 1 (last); got {depth!r}.")
+        q = check_budget(question, config)
+        budget = config.input_budget - q - PROMPT_OVERHEAD
+        gold, _ = truncate_tokens(gold_context, budget)
+        gold_tokens = count_tokens(gold)
+        _, records = self._ranked(question)
+        skip = set(gold_doc_ids or ())
+        others = [r for r in records if r["doc_id"] not in skip]
+        used = pick_context([r["score"] for r in others], [r["n_tokens"] for r in others], budget - gold_tokens - 4,
+                            config.n_snippets, config.threshold)
+        chosen = [{"id": r["chunk_id"], "doc_id": r["doc_id"], "text": r["text"], "score": float(r["score"]),
+                   "n_tokens": int(r["n_tokens"])} for r in (others[i] for i in used)]
+        chosen.insert(int(depth * len(chosen) + 0.5),  # half up, not to even
+                       {"id": "gold", "doc_id": "gold", "text": gold, "score": 1.0,
+                                                   "n_tokens": gold_tokens})
+        context = "\n\n".join(c["text"] for c in chosen)
+        tokens = [c.pop("n_tokens") for c in chosen]
+        answer = _complete(self.llm, question, context, config, chosen, sum(tokens) + len(tokens) - 1)
+        answer.source_tokens = tokens
+        return answer
 
 
 add_kind(SystemKind("reference", "fabnb's reference RAG: a retriever (the table's retriever key) over the chunked "
