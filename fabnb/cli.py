@@ -91,6 +91,29 @@ def _run(args: argparse.Namespace) -> int:
     return run_exit(run)
 
 
+def _batch(args: argparse.Namespace) -> int:
+    """``fabnb batch export|import``: a stage's requests for vLLM's run_batch, and its output into the cache."""
+    from .core.errors import FabnbError
+    from .experiment import Experiment
+    from .experiment.batching import export_stage, import_stage
+
+    try:
+        exp = Experiment.from_file(args.file, output=args.out)
+        if args.action == "export":
+            n = export_stage(exp, args.stage, args.path, args.system)
+            print(f"wrote {n:,} {args.stage} requests to {args.path} (vLLM: python -m vllm.entrypoints.openai."
+                  f"run_batch -i {args.path} -o results.jsonl --model ...; serve it under the file's model name)")
+            return EXIT["ok"]
+        runs = import_stage(exp, args.stage, args.path, args.system)
+    except (FabnbError, OSError, ValueError) as exc:
+        print(f"fabnb batch {args.action}: {exc}", file=sys.stderr)
+        return EXIT["usage"]
+    stored, left = sum(r.stored for r in runs), sum(len(r.left) for r in runs)
+    print(f"stored {stored:,} replies in the response cache; {left:,} requests of the stage have none yet"
+          + (" (an online run asks them)" if left else " (an online run asks nothing)"))
+    return EXIT["ok"] if stored or not left else EXIT["failed_cells"]
+
+
 def _leave_abandoned_calls(code: int) -> None:
     """A second stop abandoned the calls in flight (:func:`fabnb.rag.grid._finish_in_flight`): their threads
     would hold the interpreter's exit until each call ends, minutes on a slow model. Everything is stored and
@@ -378,6 +401,17 @@ def build_parser() -> argparse.ArgumentParser:
                           "keep its cells (recorded in the manifest); repeat for several")
     run.set_defaults(run=_run)
     _add_compare(sub)
+    bat = sub.add_parser("batch", help="a stage's requests for vLLM's run_batch (export), and its output into the "
+                                       "response cache (import)", epilog=table(),
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    bat.add_argument("action", choices=("export", "import"))
+    bat.add_argument("file", help="the experiment file")
+    bat.add_argument("path", help="export: the request file to write; import: run_batch's output file to read")
+    bat.add_argument("--stage", choices=("answers", "judge"), default="judge",
+                     help="answers (the reference-kind systems) or judge (the stored answers'); default: %(default)s")
+    bat.add_argument("--system", action="append", metavar="NAME", help="answers: only this system; repeat for several")
+    bat.add_argument("--out", help="output folder (default: the file's output)")
+    bat.set_defaults(run=_batch)
     his = sub.add_parser("history", help="a folder of runs as a history: each metric's trend with its intervals")
     his.add_argument("folder", help="a folder holding run folders (fabnb run's outputs)")
     his.add_argument("--metric", default="average", help="the metric history.md and the figure show (default: "

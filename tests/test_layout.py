@@ -21,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "fabnb"
 EXPERIMENT_ORDER = ["prices", "fields", "systems", "config", "output", "progress", "planning", "windows", "report",
-                    "testing", "run", "comparison", "history"]
+                    "testing", "batching", "run", "comparison", "history"]
 
 
 def _table(text: str, start: str, end: str) -> list[tuple[str, list[str]]]:

@@ -70,6 +70,7 @@ CAUSES: dict[str, str] = {
     "over-budget": "the question alone does not fit the context window's input budget",
     "no-gold-context": "mode B needs gold evidence, and the question has none",
     "no-position-sweep": "the system builds its own context: the position sweep cannot place the gold passage in it",
+    "captured": "a batch run's collecting pass: the request was recorded for the batch, not sent (never stored)",
     "missing-embedding-model": "the dense retriever's model is not installed (the 'dense' extra)",
     # judge scores and oracle verdicts (fabnb.judge)
     "not-json": "the judge's output is not the JSON asked for",

@@ -82,7 +82,7 @@ RESULT_COLUMNS: list[str] = [*RESULT_KEYS, "output_tokens", "status", "cause", "
                              "sources_exposed", "sources", "gold_retrieved", "evidence_offset", "evidence_depth",
                              "context_tokens", "prompt_tokens",
                              "completion_tokens", "latency_s", "context_signal", "answer_words",
-                             "answer_repetition", "answer_language", "ts"]
+                             "answer_repetition", "answer_language", "batch", "ts"]
 
 #: The key of one judge score in a score store (:func:`fabnb.judge.score_store`): an answer's key, the metric
 #: and the replicate. Not :data:`SCORE_KEYS`, which are the optional key columns of a score frame.
@@ -91,4 +91,4 @@ SCORE_RECORD_KEYS: tuple[str, ...] = ("system", "model", "context_k", "mode", "t
 SCORE_RECORD_COLUMNS: list[str] = [*SCORE_RECORD_KEYS, "status", "score", "raw_score", "weighted_score", "scoring",
                                    "scoring_note", "reason", "variant", "context_basis", "judge_model",
                                    "rubric_version", "injection_flag", "truncated", "prompt_tokens",
-                                   "completion_tokens", "cached", "cause", "error", "ts"]
+                                   "completion_tokens", "cached", "batch", "cause", "error", "ts"]

@@ -37,6 +37,17 @@ Traceback (most recent call last):
 fabnb.experiment.fields.ExperimentError: <dict>: unknown key 'sytems' at the top level; allowed: ..., systems, tests.
 """
 
+from .batching import (
+                     ROUNDS,
+                     batch_requests,
+                     collect_answers,
+                     collect_judge,
+                     export_stage,
+                     import_stage,
+                     prefill_answers,
+                     prefill_judge,
+                     refuse_without_routes,
+)
 from .comparison import (
                      ALLOWABLE,
                      Comparison,
@@ -96,7 +107,7 @@ from .planning import (
                      prepare_systems,
                      probe_endpoints,
 )
-from .prices import PRICES, cost_of, price_of, price_text
+from .prices import PRICES, batch_cost, batch_price_of, cost_of, price_of, price_text
 from .progress import (
                      MARKER,
                      PROGRESS,
@@ -141,13 +152,15 @@ __all__ = ["ALLOWABLE", "CONFIRM_HOURS", "CONFIRM_USD", "COVERAGE_COLUMNS", "Com
            "ConfirmationNeeded", "ContextsSpec", "CorpusSpec", "Endpoint", "Experiment", "ExperimentError",
            "ExperimentRun", "FAILURE_COLUMNS", "FEW_QUESTIONS", "FIGURE_FORMATS", "HISTORY_COLUMNS", "JudgeSpec",
            "MARKER", "MAX_WINDOWS", "PLAN_COLUMNS", "PRICES", "PROBES_FILE", "PROBE_COLUMNS", "PROGRESS", "Plan",
-           "PlanInputs", "ProgressFile", "QuestionsSpec", "RANGES", "RUN_STATES", "ReportFiles", "ReportSpec",
-           "STATE_LABELS", "SystemSpec", "TABLES_FOLDER", "TALLY_COLUMNS", "TESTS_STORE", "TestsSpec",
-           "VERDICTS_STORE", "caveats", "check_output", "check_range", "check_table", "column_sum", "compare_runs",
-           "compare_scores", "corpus_for_tests", "cost_of", "coverage", "failures", "find_runs", "grid_tables",
-           "history_markdown", "keep_probes", "kept_probes", "no_duplicates", "plan", "plan_tests", "prepare_systems",
-           "price_of", "price_text", "prices_from_table", "probe_endpoints", "progress_bar", "question_scores",
-           "questions_hash", "read_manifest", "read_progress", "read_run", "record_failure", "resolve_path",
+           "PlanInputs", "ProgressFile", "QuestionsSpec", "RANGES", "ROUNDS", "RUN_STATES", "ReportFiles",
+           "ReportSpec", "STATE_LABELS", "SystemSpec", "TABLES_FOLDER", "TALLY_COLUMNS", "TESTS_STORE", "TestsSpec",
+           "VERDICTS_STORE", "batch_cost", "batch_price_of", "batch_requests", "caveats", "check_output",
+           "check_range", "check_table", "collect_answers", "collect_judge", "column_sum", "compare_runs",
+           "compare_scores", "corpus_for_tests", "cost_of", "coverage", "export_stage", "failures", "find_runs",
+           "grid_tables", "history_markdown", "import_stage", "keep_probes", "kept_probes", "no_duplicates", "plan",
+           "plan_tests", "prefill_answers", "prefill_judge", "prepare_systems", "price_of", "price_text",
+           "prices_from_table", "probe_endpoints", "progress_bar", "question_scores", "questions_hash",
+           "read_manifest", "read_progress", "read_run", "record_failure", "refuse_without_routes", "resolve_path",
            "run_differences", "run_experiment", "run_folders", "run_history", "run_status", "run_tests",
            "scores_by_question", "spent", "stored", "stored_tests", "stores", "suite_failures", "suite_tables",
            "suite_tally", "summary_sections", "systems_from_tables", "tally", "tested_configurations",

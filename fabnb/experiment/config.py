@@ -226,6 +226,9 @@ class JudgeSpec:
     temperature: float = 0.0
     n_ctx: int = 8192
     workers: int = 1  # processes the judge's calls are spread over (fabnb.judge.workers)
+    mode: str = "online"  # "batch": the scores through the endpoint's batch routes (fabnb.experiment.batching)
+    batch_retry: str = "batch"  # what a batch left: into the next batch, or "online"
+    batch_poll: float = 30.0  # seconds between a batch's state checks
 
     @classmethod
     def from_table(cls, j: dict, where: str, text: str | None = None) -> "JudgeSpec":
@@ -241,9 +244,14 @@ class JudgeSpec:
             raise ExperimentError(f"{where}: [judge] workers{line_of(text, 'workers')}: the embedded model answers "
                                   "one call at a time. Remove workers, or judge with a server (model, base_url_env).")
         g = j.get
+        for key, allowed in (("mode", ("online", "batch")), ("batch_retry", ("batch", "online"))):
+            if g(key, allowed[0]) not in allowed:
+                raise ExperimentError(f"{where}: [judge] {key} = {g(key)!r}{line_of(text, key)} must be "
+                                      + " or ".join(f'"{a}"' for a in allowed) + ".")
         return cls(endpoint, metrics, int(g("replicates", 1)), bool(g("logprobs", True)),
                    bool(g("reference_check", True)), int(g("reason_chars", 400)), int(g("max_answer_tokens", 3000)),
-                   int(g("concurrency", 8)), float(g("temperature", 0.0)), int(g("n_ctx", 8192)), int(g("workers", 1)))
+                   int(g("concurrency", 8)), float(g("temperature", 0.0)), int(g("n_ctx", 8192)), int(g("workers", 1)),
+                   g("mode", "online"), g("batch_retry", "batch"), float(g("batch_poll", 30.0)))
 
     def signature(self) -> dict:
         """What makes a score what it is: a change here is refused on resume."""
@@ -335,9 +343,14 @@ def prices_from_table(table: dict, where: str, text: str | None = None) -> dict:
             raise ExperimentError(f"{where}: [prices] {model!r}{line_of(text, model)} must be a table with input "
                                   "and output (dollars per million tokens), and date and source.")
         check_table(p, "prices", where, text, f"[prices.{model}]")
-        for key in ("input", "output"):
-            check_range("prices", key, p[key], where, text, f"[prices.{model}]")
+        if ("batch_input" in p) != ("batch_output" in p):
+            raise ExperimentError(f"{where}: [prices.{model}]{line_of(text, model)} gives one of batch_input and "
+                                  "batch_output: give both (the batch price, dollars per million tokens) or neither.")
+        for key in ("input", "output", "batch_input", "batch_output"):
+            if key in p:
+                check_range("prices", key, p[key], where, text, f"[prices.{model}]")
         prices[model] = {"input": float(p["input"]), "output": float(p["output"]),
+                         **{k: float(p[k]) for k in ("batch_input", "batch_output") if k in p},
                          "date": p.get("date", ""), "source": p.get("source", where)}
     return prices
 

@@ -32,15 +32,17 @@ _SCHEMA: dict[str, dict] = {
     "corpus": {"source": str, "chunk_size": int, "chunk_overlap": int, "distractors": int},
     "contexts": {"windows": (list, str), "modes": list, "output_k": (int, float, str), "n_snippets": int,
                  "threshold": (int, float), "temperature": (int, float), "positions": list, "position_sample": int},
-    "systems": {"name": str, "kind": str, "retriever": str, "settings": dict, "timeout": (int, float),
+    "systems": {"name": str, "kind": str, "retriever": str, "settings": dict, "timeout": (int, float), "mode": str,
                 **_ENDPOINT_KEYS},
     "judge": {"metrics": (list, str), "replicates": int, "logprobs": bool, "reference_check": bool,
               "reason_chars": int, "max_answer_tokens": int, "concurrency": int, "temperature": (int, float),
-              "n_ctx": int, "workers": int, **_ENDPOINT_KEYS},
+              "n_ctx": int, "workers": int, "mode": str, "batch_retry": str, "batch_poll": (int, float),
+              **_ENDPOINT_KEYS},
     "tests": {"n_complex": int, "n_negative": int, "n_coverage": int, "n_baseline": int, "documents": (int, str),
               "rounds": int, "threshold": (int, float), "ask_location": bool, "evidence": str, "llms": list,
               "retrievers": (list, str), "pairs": list, **_ENDPOINT_KEYS},
-    "prices": {"input": (int, float), "output": (int, float), "date": str, "source": str},
+    "prices": {"input": (int, float), "output": (int, float), "batch_input": (int, float),
+               "batch_output": (int, float), "date": str, "source": str},
     "report": {"compare_published": bool, "figures": list, "bootstrap": int, "seed": int},
 }
 
@@ -97,6 +99,7 @@ RANGES: dict[tuple[str, str], tuple] = {
     ("judge", "n_ctx"): (lambda v: 512 <= v <= 2_097_152, "512 to 2,097,152 (tokens)"),
     ("judge", "max_retries"): (lambda v: 0 <= v <= 20, "0 to 20"),
     ("judge", "workers"): (lambda v: 1 <= v <= 64, "1 to 64 (processes)"),
+    ("judge", "batch_poll"): (lambda v: _finite(v) and 0 < v <= 3600, "> 0 and at most 3,600 (seconds)"),
     ("tests", "n_complex"): (lambda v: 0 <= v <= 1000, "0 to 1,000 (tests per document)"),
     ("tests", "n_negative"): (lambda v: 0 <= v <= 1000, "0 to 1,000 (tests per document)"),
     ("tests", "n_coverage"): (lambda v: 0 <= v <= 1000, "0 to 1,000 (tests per document)"),
@@ -109,6 +112,9 @@ RANGES: dict[tuple[str, str], tuple] = {
     ("report", "seed"): (lambda v: 0 <= v < 2**32, "0 to 4,294,967,295 (numpy's seeds)"),
     ("prices", "input"): (lambda v: _finite(v) and 0 <= v <= 10_000, "0 to 10,000 (dollars per million tokens)"),
     ("prices", "output"): (lambda v: _finite(v) and 0 <= v <= 10_000, "0 to 10,000 (dollars per million tokens)"),
+    ("prices", "batch_input"): (lambda v: _finite(v) and 0 <= v <= 10_000, "0 to 10,000 (dollars per million tokens)"),
+    ("prices", "batch_output"): (lambda v: _finite(v) and 0 <= v <= 10_000,
+                                 "0 to 10,000 (dollars per million tokens)"),
 }
 
 

@@ -21,7 +21,7 @@ import pandas as pd
 
 from .. import __version__
 from .config import Experiment, ExperimentError, holds_other_files
-from .prices import cost_of
+from .prices import batch_price_of, cost_of
 
 __all__ = ["ExperimentRun", "FAILURE_COLUMNS", "TALLY_COLUMNS", "check_output", "column_sum", "failures",
            "questions_hash", "read_manifest", "record_failure", "spent", "stored", "stores", "tally", "write_json",
@@ -199,7 +199,8 @@ def tally(exp: Experiment, questions: pd.DataFrame, held: tuple | None = None) -
     -------
     DataFrame
         system, stage, planned, ok, failed, prompt_tokens, completion_tokens, cost_usd
-        (tokens and cost of the calls made; cached judge replies cost nothing).
+        (tokens and cost of the calls made; cached judge replies cost nothing; replies that came through a
+        batch cost the batch price, where one is known).
     """
     answers, scores = held if held is not None else stored(exp, questions)
     per_window = sum(len(exp.asked_in(m, questions)) for m in exp.modes)  # a position sweep may ask a sample
@@ -211,16 +212,40 @@ def tally(exp: Experiment, questions: pd.DataFrame, held: tuple | None = None) -
         rows.append({"system": spec.name, "stage": "answers", "planned": per_window * len(exp.windows),
                      "ok": int((a["status"] == "ok").sum()), "failed": int((a["status"] != "ok").sum()),
                      "prompt_tokens": pt, "completion_tokens": ct,
-                     "cost_usd": cost_of(priced_model, exp.prices, pt, ct) if priced_model else None})
+                     "cost_usd": _cost(priced_model, exp.prices, a) if priced_model else None})
         s = scores[scores["system"] == spec.name]
-        paid = s[s["cached"].astype("boolean").fillna(False) == False] if len(s) else s  # noqa: E712
+        paid = s[(s["cached"].astype("boolean").fillna(False) == False) | _batched(s)] if len(s) else s  # noqa: E712
         pt, ct = column_sum(paid, "prompt_tokens"), column_sum(paid, "completion_tokens")
         rows.append({"system": spec.name, "stage": "judge",
                      "planned": int((a["status"] == "ok").sum()) * len(exp.metrics) * exp.replicates,
                      "ok": int((s["status"] == "ok").sum()), "failed": int((s["status"] != "ok").sum()),
                      "prompt_tokens": pt, "completion_tokens": ct,
-                     "cost_usd": cost_of(exp.judge.model, exp.prices, pt, ct)})
+                     "cost_usd": _cost(exp.judge.model, exp.prices, paid)})
     return pd.DataFrame(rows, columns=TALLY_COLUMNS)
+
+
+def _batched(frame: pd.DataFrame) -> pd.Series:
+    """Rows whose reply came through a batch (a cached batch reply was still paid for, at the batch price)."""
+    if "batch" not in frame.columns:
+        return pd.Series(False, index=frame.index)
+    return frame["batch"].astype("boolean").fillna(False).astype(bool)
+
+
+def _cost(model: str, prices: dict, rows: pd.DataFrame) -> float | None:
+    """Dollars for these calls: the batch price for the rows a batch answered (the online price where the model
+    has no batch price), the online price for the rest."""
+    if not len(rows):
+        return cost_of(model, prices, 0, 0)
+    batch = _batched(rows)
+    online = cost_of(model, prices, column_sum(rows[~batch], "prompt_tokens"),
+                     column_sum(rows[~batch], "completion_tokens"))
+    if not batch.any() or online is None:
+        return online
+    pt, ct = column_sum(rows[batch], "prompt_tokens"), column_sum(rows[batch], "completion_tokens")
+    price = batch_price_of(model, prices)
+    if price is None:
+        return online + cost_of(model, prices, pt, ct)
+    return online + (pt * price["input"] + ct * price["output"]) / 1e6
 
 
 def spent(t: pd.DataFrame) -> float:

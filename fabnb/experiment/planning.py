@@ -460,10 +460,16 @@ class PlanInputs:
     built: dict = field(default_factory=dict)
 
     @classmethod
-    def read(cls, exp: Experiment) -> "PlanInputs":
-        """The questions and chunks of ``exp``, read as :func:`plan` reads them without a run."""
+    def read(cls, exp: Experiment, build: bool = False) -> "PlanInputs":
+        """The questions and chunks of ``exp``, read as :func:`plan` reads them without a run; with ``build``, the
+        systems built too (building starts nothing but the embedded server)."""
         questions = exp.questions()
-        return cls(questions, exp.chunks(questions=questions))
+        documents = exp.documents(questions)
+        inputs = cls(questions, exp.chunks(documents))
+        if build:
+            chunking = {"chunk_size": exp.chunk_size, "chunk_overlap": exp.chunk_overlap}
+            inputs.built = {s.name: s.build(inputs.chunks, exp.concurrency, documents, chunking) for s in exp.systems}
+        return inputs
 
 
 def plan(exp: Experiment, probe: bool = False, inputs: PlanInputs | None = None) -> Plan:
@@ -511,8 +517,29 @@ def plan(exp: Experiment, probe: bool = False, inputs: PlanInputs | None = None)
     for spec in exp.systems:
         rows.append(_answer_row(exp, spec, answers, speed, max_call))
         rows.append(_judge_row(exp, spec, judged, speed, max_call))
-    return Plan(pd.DataFrame(rows, columns=PLAN_COLUMNS), probes, len(questions), max_call,
-                said=_sweep_said(exp, questions))
+    table = pd.DataFrame(rows, columns=PLAN_COLUMNS)
+    return Plan(table, probes, len(questions), max_call, said=_sweep_said(exp, questions) + _batch_said(exp, table))
+
+
+def _batch_said(exp: Experiment, table: pd.DataFrame) -> tuple:
+    """Each batch stage's cost at the batch price beside its online cost (the table's), and its time: the
+    provider's window, not an ETA from probes."""
+    from .prices import batch_price_of
+
+    batched = {s.name for s in exp.systems if s.mode == "batch"}
+    lines = []
+    for r in table.itertuples():
+        if not ((r.stage == "answers" and r.system in batched) or (r.stage == "judge" and exp.judging.mode == "batch")):
+            continue
+        price = batch_price_of(r.model, exp.prices)
+        dollars = None if price is None else (r.prompt_tokens * price["input"]
+                                              + r.completion_tokens * price["output"]) / 1e6
+        batch = ("unknown (no batch price for this model: add batch_input and batch_output under [prices])"
+                 if dollars is None else f"${dollars:,.4f}")
+        online = "unknown" if pd.isna(r.cost_usd) else f"${r.cost_usd:,.4f}"
+        lines.append(f"batch: {r.system} {r.stage}, {r.todo:,} calls to {r.model}: {batch} at the batch price "
+                     f"(online {online}); time: up to 24 h, the provider's batch window (not an estimate from probes)")
+    return tuple(lines)
 
 
 def _sweep_said(exp: Experiment, questions: pd.DataFrame) -> tuple:

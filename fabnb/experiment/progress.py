@@ -89,6 +89,7 @@ class ProgressFile:
         self._start = self._last = self.clock()
         self._n0 = 0
         self._in_flight: int | None = None
+        self._batch: dict | None = None  # a batch stage's state (fabnb.experiment.batching)
         self._write()
 
     @property
@@ -123,10 +124,23 @@ class ProgressFile:
         """A stage begins with ``done`` of its ``total`` calls already stored (the plan's numbers): the bar counts
         that stage alone, from there, so the CLI, the sidebar and the magics all say "judge 3/20"."""
         self._n, self._total = int(done), int(total)
+        self._batch = None
         if self.bar is not None:
             self.bar.reset(total=total)
             self.bar.initial = self.bar.n = int(done)  # tqdm's rate counts from ``initial``: this run's calls only
         self.set_description(desc)
+
+    def batch_state(self, stage: str, batch_id: str, status: str, completed: int, total: int) -> None:
+        """A batch of ``stage`` changed state: the bar, the sidebar and the magics say "judge (batch in progress)
+        120/960" (validating, in progress, finalizing, completed), and ``progress.json`` keeps the batch's id."""
+        self._batch = {"id": batch_id, "status": status, "completed": int(completed), "total": int(total)}
+        self._n, self._total = int(completed), int(total)
+        self.desc = f"{stage} (batch {status.replace('_', ' ')})"
+        if self.bar is not None:
+            self.bar.reset(total=total)
+            self.bar.n = int(completed)
+            self.bar.set_description(self.desc)
+        self._write()
 
     def stopping(self, in_flight: int) -> None:
         """A stop was asked: say so at once, with the calls still in flight (written on every change: a
@@ -157,7 +171,7 @@ class ProgressFile:
         try:
             write_json(self.path, {"state": state, "stage": self.desc, "done": done, "total": total,
                                     "rate_per_s": None if rate is None else round(rate, 3), "eta_s": eta,
-                                    "in_flight": self._in_flight, "updated": now()})
+                                    "in_flight": self._in_flight, "batch": self._batch, "updated": now()})
         except OSError:
             pass  # a full disk: the stores say so when they fail; the progress file is only for watchers
 

@@ -17,6 +17,7 @@ import pandas as pd
 from .. import __version__
 from ..core.records import cut_records, hold
 from ..judge.rubrics import RUBRIC_VERSION, rubric_hash
+from .batching import prefill_answers, prefill_judge, refuse_without_routes
 from .config import Experiment, ExperimentError
 from .output import (
     ExperimentRun,
@@ -77,10 +78,12 @@ def _start_manifest(exp: Experiment, old: dict | None, plan_: Plan, questions: p
             "planned": json_records(plan_.table.drop(columns=["price"]))}
 
 
-def _answer_stage(exp: Experiment, systems: list, questions: pd.DataFrame, plan_: Plan, bar) -> bool:
-    """Run the grid of answers into the answer store; False when the budget deferred cells."""
+def _answer_stage(exp: Experiment, systems: list, questions: pd.DataFrame, plan_: Plan, bar, echo=print) -> bool:
+    """Run the grid of answers into the answer store (the batch-mode systems' replies first, through the batch
+    routes: :func:`fabnb.experiment.batching.prefill_answers`); False when the budget deferred cells."""
     from ..rag import run_grid
 
+    prefill_answers(exp, systems, questions, echo, bar)
     a_store, _ = stores(exp.output)
     deferred = 0
     # One grid per set of questions: a position sweep may ask a sample of them (Experiment.asked_in).
@@ -93,14 +96,17 @@ def _answer_stage(exp: Experiment, systems: list, questions: pd.DataFrame, plan_
     return not deferred
 
 
-def _judge_stage(exp: Experiment, questions: pd.DataFrame, plan_: Plan, bar) -> bool:
-    """Judge every stored answer of the plan into the score store; False when the budget deferred cells."""
+def _judge_stage(exp: Experiment, questions: pd.DataFrame, plan_: Plan, bar, echo=print) -> bool:
+    """Judge every stored answer of the plan into the score store (with ``[judge] mode = "batch"`` the replies come
+    first through the batch routes: :func:`fabnb.experiment.batching.prefill_judge`); False when the budget
+    deferred cells."""
     from ..judge import judge_results
 
+    judge = exp.judge.llm(concurrency=exp.judge_concurrency, n_ctx=exp.judge_n_ctx, logprobs=exp.logprobs)
+    prefill_judge(exp, questions, judge, echo, bar)
     if bar is not None:
         bar.start_stage("judge", *plan_.stage_counts("judge"))
     a_store, s_store = stores(exp.output)
-    judge = exp.judge.llm(concurrency=exp.judge_concurrency, n_ctx=exp.judge_n_ctx, logprobs=exp.logprobs)
     # The answers with their sources are the largest object of the run: they live only in this function.
     answers, _ = planned(exp, questions, a_store.frame(), pd.DataFrame())
     if not len(answers):
@@ -208,6 +214,7 @@ def _run(exp: Experiment, opts: _Options) -> ExperimentRun:
         return ExperimentRun(exp.output, plan_, tally(exp, inputs.questions), "dry-run",
                              failures(exp, inputs.questions))
     _refuse_dead_endpoints(exp, plan_)
+    refuse_without_routes(exp, inputs.built)
     reason = None if opts.yes else plan_.confirmation(exp)
     if reason:
         raise ConfirmationNeeded(f"{exp.source}: {reason}")
@@ -219,13 +226,7 @@ def _inputs(exp: Experiment, build: bool) -> PlanInputs:
     """The questions, the chunked corpus and (to probe or run) the built systems, read once for plan and run.
 
     Building a system starts nothing but the embedded server; a dry run without probes starts nothing at all."""
-    questions = exp.questions()
-    documents = exp.documents(questions)
-    inputs = PlanInputs(questions, exp.chunks(documents))
-    chunking = {"chunk_size": exp.chunk_size, "chunk_overlap": exp.chunk_overlap}
-    if build:
-        inputs.built = {s.name: s.build(inputs.chunks, exp.concurrency, documents, chunking) for s in exp.systems}
-    return inputs
+    return PlanInputs.read(exp, build)
 
 
 def _refuse_dead_endpoints(exp: Experiment, plan_: Plan) -> None:
@@ -268,9 +269,9 @@ def _stages(exp: Experiment, inputs: PlanInputs, plan_: Plan, manifest: dict, op
     questions = inputs.questions
     bar = progress_bar(exp.output, plan_.stage_counts("answers"), opts.progress)
     try:
-        finished = _answer_stage(exp, [inputs.built[s.name] for s in exp.systems], questions, plan_, bar)
+        finished = _answer_stage(exp, [inputs.built[s.name] for s in exp.systems], questions, plan_, bar, opts.echo)
         _save(exp, manifest, questions, "running")
-        finished = finished and _judge_stage(exp, questions, plan_, bar)
+        finished = finished and _judge_stage(exp, questions, plan_, bar, opts.echo)
         bar.close("reporting")
         status = "finished" if finished else "stopped-by-budget"
         held = stored(exp, questions)  # read once for the report, the manifest and the summary

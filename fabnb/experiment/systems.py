@@ -142,6 +142,7 @@ class SystemSpec:
     retriever: str = "bm25"
     settings: dict = field(default_factory=dict)
     timeout: float = 120.0
+    mode: str = "online"  # "batch": its answers through the endpoint's batch routes (fabnb.experiment.batching)
 
     @classmethod
     def from_table(cls, s, where: str, text: str | None, index: int) -> "SystemSpec":
@@ -173,7 +174,15 @@ class SystemSpec:
                                   f"here; install it with: {missing}")
         if not kind.uses_endpoint and kind.needs_url and not (ep.base_url or ep.base_url_env):
             raise ExperimentError(f"{where}: {label} ({name}) needs base_url or base_url_env.")
-        return cls(s["name"], name, ep, retriever, dict(settings), float(s.get("timeout", 120)))
+        mode = s.get("mode", "online")
+        if mode not in ("online", "batch"):
+            raise ExperimentError(f"{where}: {label} mode = {mode!r}{line_of(text, 'mode')} must be \"online\" or "
+                                  "\"batch\" (the endpoint's batch routes, at its batch price).")
+        if mode == "batch" and not kind.reference:
+            raise ExperimentError(f"{where}: {label} mode = \"batch\"{line_of(text, 'mode')}: batch mode is for "
+                                  "systems that call an OpenAI-compatible endpoint directly (kind \"reference\"); a "
+                                  f"{name} system builds its own calls. Remove mode (its judge can still be batched).")
+        return cls(s["name"], name, ep, retriever, dict(settings), float(s.get("timeout", 120)), mode)
 
     @property
     def uses_endpoint(self) -> bool:

@@ -91,19 +91,23 @@ _LOGPROBS: dict = {}
 _LOGPROBS_LOCK = threading.Lock()
 
 
-def logprobs_supported(llm) -> bool:
+def logprobs_supported(llm, assume: bool | None = None) -> bool:
     """Whether the judge's server returns logprobs: one tiny probe per endpoint and model, remembered.
 
     A server that refuses them (llama.cpp started without ``logits_all``) answers with an
     error; probing once, without retries, keeps every later judge call from paying for
-    that error and its retries.
+    that error and its retries. ``assume`` records the answer without a probe, for a server that is not up
+    here (requests exported for vLLM's ``run_batch`` on another machine, which returns logprobs).
     """
 
     key = (llm.base_url, llm.model)
     with _LOGPROBS_LOCK:
+        if assume is not None:
+            _LOGPROBS[key] = bool(assume)
         if key not in _LOGPROBS:
             probe = llm.with_defaults()
-            probe.max_retries, probe.cache = 0, None
+            # Sent even in a batch run's collecting pass (one tiny call): whether logprobs come decides the requests.
+            probe.max_retries, probe.cache, probe.capture = 0, None, None
             try:
                 done = probe.complete("Say 1.", max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=2)
                 _LOGPROBS[key] = bool(done.logprobs)
@@ -339,7 +343,8 @@ async def score_answer(llm, metric: str, *, question: str, answer: str, expected
         score (0-1), raw_score (0-10 integer), weighted_score (0-10 or None), scoring
         (``weighted`` / ``integer``), scoring_note, reason, variant, context_basis,
         judge_model, rubric_version, injection_flag, truncated, and the judge call's
-        prompt_tokens, completion_tokens and cached (absent for an empty answer: no call).
+        prompt_tokens, completion_tokens, cached and batch (the reply came through a batch: billed at the batch
+        price; absent for an empty answer: no call).
 
     Raises
     ------
@@ -383,7 +388,8 @@ async def score_answer(llm, metric: str, *, question: str, answer: str, expected
             raise model.refused from None
         raise
     done = model.last
-    base.update(prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens, cached=done.cached)
+    base.update(prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens, cached=done.cached,
+                batch=done.batch)
     raw, reason = read_judgement(done.text)
     found = weighted_score(int(raw), done.logprobs)
     if found is not None:

@@ -25,21 +25,19 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import hashlib
 import json
 import logging
 import os
 import random
-import sqlite3
 import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..core.errors import CausedError
-from ..core.paths import llm_cache_path
+from .cache import CacheWarning, ResponseCache, default_cache_path, request_key  # re-exported: their old home
 
 __all__ = ["PARAMS", "LLM", "CacheWarning", "LLMError", "Completion", "Failure", "ResponseCache", "default_cache_path",
            "parse_json", "request_key"]
@@ -98,6 +96,8 @@ class Completion:
         From the price table, where one was given.
     key : str
         The cache key (a SHA-256 of the request without the API key).
+    batch : bool
+        Answered through a provider's batch routes (:mod:`fabnb.models.batch`): billed at the batch price.
     """
 
     text: str
@@ -110,6 +110,7 @@ class Completion:
     latency_s: float = 0.0
     cost: float | None = None
     key: str = ""
+    batch: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,125 +122,6 @@ class Failure:
     status: int | None = None
     key: str = ""
     attempts: int | None = None
-
-
-def request_key(base_url: str, model: str, messages: list, params: dict) -> str:
-    """The cache key of a request: SHA-256 of its canonical JSON (base URL, model, messages, parameters)."""
-    body = {"base_url": base_url.rstrip("/"), "model": model, "messages": messages,
-            "params": {k: params[k] for k in sorted(params) if params[k] is not None}}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-
-
-_CACHE_COLUMNS = ("key", "request", "response", "created")
-
-
-class CacheWarning(UserWarning):
-    """The response cache could not be read and was moved aside; a fresh one is used."""
-
-
-class ResponseCache:
-    """A persistent cache of answers in one SQLite file.
-
-    Every answer is committed in its own transaction as it arrives (WAL journal), so a
-    killed process leaves every earlier answer readable and no half-written row (a power
-    cut may take back the last few, which are then asked again). Safe to share between
-    threads and processes.
-
-    Parameters
-    ----------
-    path : path
-        The SQLite file; its folder is created. A file SQLite cannot read (not a database, malformed, the
-        table of another release) is moved aside with a timestamp and a :class:`CacheWarning`, and a new cache
-        is started: the stores, not the cache, are the record of what was done.
-    timeout : float
-        Seconds to wait for another process's lock; a lock is a live process, never taken for corruption.
-    """
-
-    def __init__(self, path: str | Path, timeout: float = 30.0):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._timeout = timeout  # how long to wait for another process's write lock
-        try:
-            self._db = self._open()
-        except sqlite3.DatabaseError as exc:
-            # "database is locked" is a live process sharing the cache (SQLite's locks die with their process):
-            # that is waited for (timeout) or raised, never taken for corruption.
-            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-                raise
-            aside = self._move_aside()
-            warnings.warn(f"the response cache {self.path} could not be read ({exc}); it was moved to {aside} "
-                          "and a new cache started. Nothing stored is lost: the run's stores, not the cache, hold "
-                          "what was done, so no stored cell is asked again.", CacheWarning, stacklevel=2)
-            self._db = self._open()
-        self._idle: list[sqlite3.Connection] = []  # read connections not in use
-
-    def _open(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, check_same_thread=False, timeout=self._timeout, isolation_level=None)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            # NORMAL in WAL mode: a committed row survives a killed process (what resume needs); only a
-            # power cut may take the last few back, and those are asked again. FULL fsyncs every row.
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, request TEXT NOT NULL, "
-                       "response TEXT NOT NULL, created REAL NOT NULL)")
-            columns = [row[1] for row in db.execute("PRAGMA table_info(responses)")]
-            if columns != list(_CACHE_COLUMNS):
-                raise sqlite3.DatabaseError(f"its responses table has the columns {columns} of another fabnb "
-                                            f"release, not {list(_CACHE_COLUMNS)}")
-            db.execute("SELECT key FROM responses LIMIT 1").fetchall()
-        except BaseException:
-            db.close()
-            raise
-        return db
-
-    def _move_aside(self) -> Path:
-        """Rename the cache and its -wal and -shm files with a timestamp (never deleted); the new name."""
-        stamp = time.strftime("%Y%m%dT%H%M%S")
-        aside = self.path.with_name(f"{self.path.name}.unreadable-{stamp}")
-        for suffix in ("", "-wal", "-shm"):
-            src = self.path.with_name(self.path.name + suffix)
-            if src.exists():
-                os.replace(src, aside.with_name(aside.name + suffix))
-        return aside
-
-    def get(self, key: str) -> dict | None:
-        # Reads borrow a connection of their own: WAL readers wait neither for the writer nor for
-        # each other. The pool grows to the number of threads reading at once, then is reused.
-        with self._lock:
-            db = self._idle.pop() if self._idle else None
-        if db is None:
-            db = sqlite3.connect(self.path, check_same_thread=False, timeout=self._timeout, isolation_level=None)
-        try:
-            row = db.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
-        finally:
-            with self._lock:
-                self._idle.append(db)
-        return json.loads(row[0]) if row else None
-
-    def delete(self, key: str) -> None:
-        with self._lock:
-            self._db.execute("DELETE FROM responses WHERE key = ?", (key,))
-
-    def put(self, key: str, request: dict, response: dict) -> None:
-        # Encoded before the lock: a prompt of 100 KB must not hold the other threads' writes.
-        row = (key, json.dumps(request, ensure_ascii=False), json.dumps(response), time.time())
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?)", row)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
-
-    def close(self) -> None:
-        with self._lock:
-            for db in self._idle:
-                db.close()
-            self._idle.clear()
-            self._db.close()
-
-    def __repr__(self) -> str:
-        return f"ResponseCache({str(self.path)!r})"
 
 
 #: The event loop :meth:`LLM.run` made (its id): the one loop whose async clients fabnb closes itself.
@@ -267,11 +149,6 @@ def _price_keys(prices: dict | None) -> dict | None:
                   "does; 'prompt' and 'completion' are read for now.", DeprecationWarning, stacklevel=3)
     renamed = {"prompt": "input", "completion": "output"}
     return {renamed.get(k, k): v for k, v in prices.items()}
-
-
-def default_cache_path() -> Path:
-    """``$FABNB_CACHE_DIR/llm.sqlite`` (default ``~/.cache/fabnb/llm.sqlite``)."""
-    return llm_cache_path()
 
 
 @dataclass
@@ -369,6 +246,9 @@ class LLM:
         self.defaults = dict(defaults or {})
         self._usage = _Usage()
         self._clients: dict = {}
+        # A batch run's collecting pass (fabnb.models.batch.captured): a request the cache cannot answer is
+        # appended here as (key, body) and ends with LLMError "captured" instead of being sent.
+        self.capture: list | None = None
 
     @classmethod
     def from_env(cls, **kwargs) -> "LLM | None":
@@ -609,6 +489,36 @@ class LLM:
             self.cache.put(key, request, {k: v for k, v in asdict(done).items() if k not in ("cached", "key")})
         return done
 
+    def _not_captured(self, key: str, messages, params: dict) -> None:
+        """In a collecting pass, record the request and end the call (it is sent in a batch instead)."""
+        if self.capture is not None:
+            self.capture.append((key, self._body(messages, params)))
+            raise LLMError(f"{self.model}: collected for a batch, not sent", "captured")
+
+    def openai_client(self):
+        """The ``openai.OpenAI`` client of this endpoint (its key inside, never shown): what the batch routes
+        (:mod:`fabnb.models.batch`) go through."""
+        return self._client(False)
+
+    def store_reply(self, key: str, body: dict, reply: dict) -> Completion:
+        """Keep a reply that came by another way than a call (a batch's output line) in the response cache under the
+        request's ``key``, as a call would have: the next :meth:`complete` of that request reads it.
+
+        Raises :class:`LLMError` (``bad-response``, ``bad-body``, ``error-body``) for a reply that is no chat
+        completion; nothing is kept then.
+        """
+        try:
+            done = replace(self._parse(reply, key, 0.0), batch=True)
+        except _BadReply as exc:
+            raise LLMError(f"{self.model}: a batch reply for {key[:12]} is not a completion: {exc}", exc.cause) \
+                from None
+        messages = body.get("messages", [])
+        params = {k: v for k, v in body.items() if k not in ("model", "messages")}
+        if self.cache is not None:
+            request = {"base_url": self.base_url, "model": self.model, "messages": messages, "params": params}
+            self.cache.put(key, request, {k: v for k, v in asdict(done).items() if k not in ("cached", "key")})
+        return done
+
     def _record(self, done: Completion) -> None:
         self._usage.add(model=done.model, cached=done.cached, prompt_tokens=done.prompt_tokens,
                         completion_tokens=done.completion_tokens, latency_s=done.latency_s, cost=done.cost)
@@ -638,6 +548,7 @@ class LLM:
         hit = self._from_cache(key, validate)
         if hit is not None:
             return hit
+        self._not_captured(key, messages, params)
         attempt = 0
         while True:
             attempt += 1
@@ -661,6 +572,7 @@ class LLM:
         hit = self._from_cache(key, validate)
         if hit is not None:
             return hit
+        self._not_captured(key, messages, params)
         semaphore = semaphore or asyncio.Semaphore(self.concurrency)
         attempt = 0
         while True:

@@ -131,7 +131,8 @@ def ask_cell(system, question: dict, config: RAGConfig, mode: str) -> dict:
                        if mode != "B" else (None, None))),
             "context_tokens": a.context_tokens, "prompt_tokens": a.prompt_tokens,
             "completion_tokens": a.completion_tokens, "latency_s": round(a.latency_s, 4),
-            "context_signal": a.context_signal, **_measures(a.answer), "ts": time.time()}
+            "context_signal": a.context_signal, **_measures(a.answer), "batch": bool(getattr(a, "batch", False)),
+            "ts": time.time()}
 
 
 def _measures(answer) -> dict:

@@ -40,6 +40,8 @@ class Answer:
     source_tokens : list of int or None
         Tokens of each source as the prompt holds them, in its order, where the kit built the context (the
         reference system): what places the gold evidence in the window (:func:`fabnb.rag.grid.evidence_position`).
+    batch : bool
+        The reply came through the endpoint's batch routes (billed at the batch price).
     """
 
     answer: str
@@ -50,6 +52,7 @@ class Answer:
     context_tokens: int = 0
     context_signal: float | None = None
     source_tokens: list | None = None
+    batch: bool = False
 
 
 @runtime_checkable
@@ -262,7 +265,7 @@ def _complete(llm, question: str, context: str, config: RAGConfig, sources: list
     except LLMError as exc:
         raise RAGError(str(exc), exc.cause) from None
     return Answer(done.text, sources, done.latency_s or time.perf_counter() - start, done.prompt_tokens,
-                  done.completion_tokens, context_tokens)
+                  done.completion_tokens, context_tokens, batch=done.batch)
 
 
 def answer_from_context(llm, question: str, gold_context: str, config: RAGConfig) -> Answer:
