@@ -11,7 +11,8 @@ Routes (under ``/v1``), in the shapes of OpenAI's API as the ``openai`` package 
 A batch is validated, then worked line by line in a thread of its own (``reply(body, n)`` as
 :mod:`stub_openai`'s scripts, ``line_delay`` seconds a line), then finalized: an output file of the lines answered
 200 and an error file of the others. ``expire_after = n`` lets the next batch complete ``n`` lines and then expire
-(the rest get ``batch_expired`` in its error file); ``hold`` keeps batches in progress until it is cleared. It counts
+(the rest get ``batch_expired`` in its error file); ``hold`` keeps batches in progress until it is cleared, and
+``hold_after = n`` the next batch after ``n`` lines until it is cancelled. It counts
 the batches created and the chat requests served online. Never a default of the kit.
 """
 
@@ -111,6 +112,7 @@ class BatchServer:
         self.online: list[dict] = []  # chat requests served online
         self.list_calls = 0
         self.expire_after: int | None = None
+        self.hold_after: int | None = None  # the next batch works this many lines, then waits (until cancelled)
         self.hold = threading.Event()  # set: batches wait in progress
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -168,8 +170,9 @@ class BatchServer:
              "expires_at": now + 86_400, "metadata": req.get("metadata"), "output_file_id": None,
              "error_file_id": None, "errors": None,
              "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
-             "_lines": lines, "_expire_after": self.expire_after, "_cancel": threading.Event()}
-        self.expire_after = None
+             "_lines": lines, "_expire_after": self.expire_after, "_hold_after": self.hold_after,
+             "_cancel": threading.Event()}
+        self.expire_after = self.hold_after = None
         with self._lock:
             self.batches[b["id"]] = b
             self.order.append(b["id"])
@@ -187,7 +190,8 @@ class BatchServer:
         out, errors = [], []
         ended = "completed"
         for i, line in enumerate(b["_lines"]):
-            while self.hold.is_set() and not b["_cancel"].is_set():
+            while (self.hold.is_set() or (b["_hold_after"] is not None and i >= b["_hold_after"])) \
+                    and not b["_cancel"].is_set():
                 time.sleep(0.01)
             if b["_cancel"].is_set():
                 ended = "cancelled"

@@ -141,6 +141,28 @@ def test_an_expired_batch_keeps_what_it_did_and_only_the_rest_is_resubmitted(tmp
         assert run.stored == 40 and run.left == [] and run.failed == {}
 
 
+def test_a_batch_the_budget_cannot_pay_for_is_cancelled_and_what_it_completed_is_kept(tmp_path):
+    with BatchServer() as server:
+        llm = LLM("m", server.base_url, cache=tmp_path / "c.sqlite", max_retries=0)
+        requests = _collect(llm, [f"q{i}" for i in range(20)])
+        server.hold_after = 5
+
+        def killed(batch_id, status, completed, total):
+            if completed >= 5:
+                raise KeyboardInterrupt("stopped while polling")
+
+        with pytest.raises(KeyboardInterrupt):
+            run_batches(llm, requests, tmp_path, stage="judge", poll_s=0.01, echo=lambda *a: None, progress=killed)
+        said = []
+        run = run_batches(llm, requests, tmp_path, stage="judge", poll_s=0.01, echo=said.append, submit=False)
+        first = server.batches[server.order[0]]
+        assert server.created == 1 and first["status"] == "cancelled" and any("cancelled" in s for s in said)
+        assert run.stored == 5 and len(run.left) == 15  # the 5 it completed (billed) are kept; the rest go online
+        others = _collect(llm, [f"other {i}" for i in range(3)])
+        nothing = run_batches(llm, others, tmp_path, stage="judge", poll_s=0.01, echo=lambda *a: None, submit=False)
+        assert server.created == 1 and nothing.stored == 0 and len(nothing.left) == 3  # not submitted
+
+
 def test_with_retry_online_what_a_batch_left_is_asked_online(tmp_path):
     with BatchServer() as server:
         llm = LLM("m", server.base_url, cache=tmp_path / "c.sqlite", max_retries=0)

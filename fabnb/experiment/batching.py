@@ -48,7 +48,8 @@ def _affordable(exp: Experiment, llm, requests: list, questions: pd.DataFrame, e
     if cost is None or cost > left:
         shown = "an unknown price" if cost is None else f"up to ${cost:,.4f}"
         echo(f"batch: {len(requests):,} requests to {llm.model} would cost {shown} at the batch price, more than the "
-             f"${left:,.4f} left of the budget: not submitted; the online stage asks them until the budget stops it.")
+             f"${left:,.4f} left of the budget: not submitted (a stopped run's batch of them is cancelled and what it "
+             "completed kept); the online stage asks the rest until the budget stops it.")
         return False
     return True
 
@@ -59,16 +60,17 @@ def _send(exp: Experiment, calls, questions: pd.DataFrame, stage: str, setting: 
 
     stored = 0
     for llm, requests in batch_requests(calls).items():
-        if not _affordable(exp, llm, requests, questions, echo):
-            continue
+        affordable = _affordable(exp, llm, requests, questions, echo)
         progress = None
         if bar is not None:
             def progress(batch_id, status, completed, total, _bar=bar):
                 _bar.batch_state(stage, batch_id, status, completed, total)
+        # Unaffordable: nothing new is submitted, and a stopped run's batches of these requests are cancelled and
+        # read (what they completed is billed: it is kept and counted).
         run = run_batches(llm, requests, exp.output, stage=stage, poll_s=exp.judging.batch_poll, echo=echo,
-                          retry=exp.judging.batch_retry, progress=progress, setting=setting)
+                          retry=exp.judging.batch_retry, progress=progress, setting=setting, submit=affordable)
         stored += run.stored
-        if run.left:
+        if run.left and affordable:
             echo(f"batch: {len(run.left):,} of {run.requests:,} {stage} requests were not answered by a batch "
                  f"({len(run.failed):,} with an error); the online stage asks them.")
     return stored

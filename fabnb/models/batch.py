@@ -240,6 +240,33 @@ def _submit(client, data: bytes, digest: str, stage: str, ledger: BatchLedger, e
     return batch.id
 
 
+def _batch_of(client, data: bytes, digest: str, stage: str, ledger: BatchLedger, echo, submit: bool,
+              run: BatchRun) -> str | None:
+    """The batch of one input file: the ledger's, else one found by listing (a run killed before recording it), else
+    a new one (``submit``); without ``submit`` an open one is cancelled, and None is returned for none."""
+    entry = ledger.get(digest)
+    batch_id = entry.get("batch_id") if entry else None
+    if batch_id is None:
+        found = find_batch(client, digest)
+        if found is not None:
+            batch_id = found.id
+            ledger.put(digest, batch_id=batch_id, stage=stage, lines=data.count(b"\n"), status=found.status,
+                       submitted=found.created_at, found_by="listing")
+            echo(f"batch {batch_id}: found by its input's hash (submitted before a stop), not submitted again")
+    if batch_id is None:
+        if not submit:
+            return None
+        batch_id = _submit(client, data, digest, stage, ledger, echo)
+        run.submitted.append(batch_id)
+        return batch_id
+    run.adopted.append(batch_id)
+    if not submit and (ledger.get(digest) or {}).get("status") not in TERMINAL:
+        client.batches.cancel(batch_id)
+        ledger.put(digest, status="cancelling")
+        echo(f"batch {batch_id}: cancelled (the budget cannot pay for it); what it completed is kept")
+    return batch_id
+
+
 def _poll(client, ids: list, ledger: BatchLedger, digests: dict, poll_s: float, echo, progress) -> dict:
     """Wait for every batch to end; their last state by id."""
     states, said = {}, {}
@@ -265,7 +292,7 @@ def _poll(client, ids: list, ledger: BatchLedger, digests: dict, poll_s: float, 
 
 def run_batches(llm, requests, folder: str | Path, *, stage: str, poll_s: float = 30.0, retry: str = "batch",
                 rounds: int = 3, max_lines: int = MAX_LINES, max_bytes: int = MAX_BYTES, echo=print,
-                progress=None, setting: str = "mode") -> BatchRun:
+                progress=None, setting: str = "mode", submit: bool = True) -> BatchRun:
     """Answer ``requests`` through ``llm``'s endpoint's batch routes and keep every reply in its response cache.
 
     Parameters
@@ -285,6 +312,9 @@ def run_batches(llm, requests, folder: str | Path, *, stage: str, poll_s: float 
         ``progress(batch_id, status, completed, total)`` on every change.
     setting : str
         The setting that asked for batch mode, named when the provider has no batch routes.
+    submit : bool
+        False when the budget cannot pay for a batch: nothing is submitted, and the batches these requests are
+        already in (a stopped run's) are cancelled, then read, so what they completed (and is billed) is kept.
 
     Returns
     -------
@@ -308,26 +338,14 @@ def run_batches(llm, requests, folder: str | Path, *, stage: str, poll_s: float 
         ids, digests = [], {}
         for data in split_files(todo, max_lines, max_bytes):
             digest = file_hash(data)
-            entry = ledger.get(digest)
-            batch_id = entry.get("batch_id") if entry else None
-            if batch_id is None:
-                found = find_batch(client, digest)  # submitted by a run killed before it could record it
-                if found is not None:
-                    batch_id = found.id
-                    ledger.put(digest, batch_id=batch_id, stage=stage, lines=data.count(b"\n"), status=found.status,
-                               submitted=found.created_at, found_by="listing")
-                    echo(f"batch {batch_id}: found by its input's hash (submitted before a stop), not submitted again")
-            if batch_id is None:
-                batch_id = _submit(client, data, digest, stage, ledger, echo)
-                run.submitted.append(batch_id)
-            else:
-                run.adopted.append(batch_id)
-            ids.append(batch_id)
-            digests[batch_id] = digest
+            batch_id = _batch_of(client, data, digest, stage, ledger, echo, submit, run)
+            if batch_id is not None:
+                ids.append(batch_id)
+                digests[batch_id] = digest
         for batch in _poll(client, ids, ledger, digests, poll_s, echo, progress).values():
             answered |= _keep(llm, bodies, _read_lines(client, batch.output_file_id)
                               + _read_lines(client, batch.error_file_id), run)
-        if retry == "online":
+        if retry == "online" or not submit:
             break
     run.left = [k for k in bodies if k not in answered]
     for key in answered:
@@ -336,8 +354,8 @@ def run_batches(llm, requests, folder: str | Path, *, stage: str, poll_s: float 
 
 
 def cancel_open(llm, folder: str | Path, echo=print) -> list:
-    """Cancel every batch of the ledger that has not ended (a budget stop); the ids cancelled. What they completed
-    is billed and is read by the next run."""
+    """Cancel every batch of the ledger that has not ended, whatever its requests (a user's stop); the ids
+    cancelled. What they completed is billed and is read by the next run (:func:`run_batches`)."""
     client = llm.openai_client()
     ledger = BatchLedger(folder)
     out = []
