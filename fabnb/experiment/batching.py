@@ -103,10 +103,8 @@ def collect_answers(exp: Experiment, systems: list, questions: pd.DataFrame, nam
     with tempfile.TemporaryDirectory(dir=exp.output, prefix=".batch-") as scratch, \
             captured(*{id(s.llm): s.llm for s in chosen}.values()) as calls:
         store = ResultsStore(Path(scratch) / "answers.jsonl")
-        for modes in (exp.contexts.modes, exp.contexts.position_modes):
-            if modes:
-                run_grid(chosen, exp.asked_in(modes[0], questions), exp.configs(), store, modes=modes,
-                         concurrency=exp.concurrency, progress=False)
+        for modes, asked in exp.mode_groups(questions):
+            run_grid(chosen, asked, exp.configs(), store, modes=modes, concurrency=exp.concurrency, progress=False)
     return calls
 
 
@@ -128,32 +126,35 @@ def collect_judge(exp: Experiment, questions: pd.DataFrame, judge) -> list:
     return calls
 
 
-def prefill_answers(exp: Experiment, systems: list, questions: pd.DataFrame, echo=print, bar=None) -> int:
-    """The answers of the batch-mode systems into the response cache, before the online answer stage; the replies
-    stored (0 without such systems)."""
-    names = sorted(s.name for s in exp.systems if s.mode == "batch")
+def _prefill(exp: Experiment, collect, questions: pd.DataFrame, stage: str, setting: str, echo, bar) -> int:
+    """Collect, send and store, round after round (:data:`ROUNDS`), until a round stores nothing; the replies
+    stored."""
     stored = 0
-    for _ in range(ROUNDS if names else 0):
-        calls = collect_answers(exp, systems, questions)
-        got = _send(exp, calls, questions, "answers", "[[systems]] " + ", ".join(names) + " mode", echo, bar) \
-            if calls else 0
+    for _ in range(ROUNDS):
+        calls = collect()
+        got = _send(exp, calls, questions, stage, setting, echo, bar) if calls else 0
         stored += got
         if not got:
             break
     return stored
+
+
+def prefill_answers(exp: Experiment, systems: list, questions: pd.DataFrame, echo=print, bar=None) -> int:
+    """The answers of the batch-mode systems into the response cache, before the online answer stage; the replies
+    stored (0 without such systems)."""
+    names = sorted(s.name for s in exp.systems if s.mode == "batch")
+    if not names:
+        return 0
+    return _prefill(exp, lambda: collect_answers(exp, systems, questions), questions, "answers",
+                    "[[systems]] " + ", ".join(names) + " mode", echo, bar)
 
 
 def prefill_judge(exp: Experiment, questions: pd.DataFrame, judge, echo=print, bar=None) -> int:
     """The judge's scores of every stored answer into the response cache, before the online judge stage (with
     ``[judge] mode = "batch"``); the replies stored."""
-    stored = 0
-    for _ in range(ROUNDS if exp.judging.mode == "batch" else 0):
-        calls = collect_judge(exp, questions, judge)
-        got = _send(exp, calls, questions, "judge", "[judge] mode", echo, bar) if calls else 0
-        stored += got
-        if not got:
-            break
-    return stored
+    if exp.judging.mode != "batch":
+        return 0
+    return _prefill(exp, lambda: collect_judge(exp, questions, judge), questions, "judge", "[judge] mode", echo, bar)
 
 
 def _stage_calls(exp: Experiment, stage: str, systems=None) -> list:

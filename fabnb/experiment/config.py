@@ -460,6 +460,19 @@ class Experiment:
             return golden
         return golden.sample(self.contexts.position_sample, random_state=self.seed).sort_index()
 
+    def mode_groups(self, questions: pd.DataFrame) -> list[tuple[tuple[str, ...], pd.DataFrame]]:
+        """The modes asked of the same questions, with those questions: ``[contexts] modes`` with all of them, then
+        the position sweep's modes with its sample (none without a sweep). One grid runs per group.
+
+        >>> exp = Experiment.from_dict({"name": "d", "output": "o", "contexts": {"positions": [0, 100],
+        ...                             "position_sample": 1}, "systems": [{"name": "r", "model": "embedded"}]})
+        >>> q = pd.DataFrame({"test_id": ["q1", "q2"], "gold_context": ["x", "y"]})
+        >>> [(modes, len(asked)) for modes, asked in exp.mode_groups(q)]
+        [(('A',), 2), (('P0', 'P100'), 1)]
+        """
+        return [(modes, self.asked_in(modes[0], questions))
+                for modes in (self.contexts.modes, self.contexts.position_modes) if modes]
+
     # ------------------------------------------------------------ reading
     @classmethod
     def from_file(cls, path: str | Path, output: str | Path | None = None) -> "Experiment":

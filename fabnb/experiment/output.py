@@ -234,8 +234,6 @@ def _batched(frame: pd.DataFrame) -> pd.Series:
 def _cost(model: str, prices: dict, rows: pd.DataFrame) -> float | None:
     """Dollars for these calls: the batch price for the rows a batch answered (the online price where the model
     has no batch price), the online price for the rest."""
-    if not len(rows):
-        return cost_of(model, prices, 0, 0)
     batch = _batched(rows)
     online = cost_of(model, prices, column_sum(rows[~batch], "prompt_tokens"),
                      column_sum(rows[~batch], "completion_tokens"))

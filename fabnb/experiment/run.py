@@ -86,13 +86,11 @@ def _answer_stage(exp: Experiment, systems: list, questions: pd.DataFrame, plan_
     prefill_answers(exp, systems, questions, echo, bar)
     a_store, _ = stores(exp.output)
     deferred = 0
-    # One grid per set of questions: a position sweep may ask a sample of them (Experiment.asked_in).
-    for modes in (exp.contexts.modes, exp.contexts.position_modes):
-        if modes:
-            grid = run_grid(systems, exp.asked_in(modes[0], questions), exp.configs(), a_store, modes=modes,
-                            concurrency=exp.concurrency, progress=bar if bar is not None else False,
-                            limit=_budget_limit(exp, "answers", plan_, questions))
-            deferred += grid.deferred
+    for modes, asked in exp.mode_groups(questions):  # a position sweep may ask a sample of the questions
+        grid = run_grid(systems, asked, exp.configs(), a_store, modes=modes, concurrency=exp.concurrency,
+                        progress=bar if bar is not None else False,
+                        limit=_budget_limit(exp, "answers", plan_, questions))
+        deferred += grid.deferred
     return not deferred
 
 

@@ -47,6 +47,12 @@ def _figure(exp: Experiment, out: Path, name: str, caption: str, make) -> list[s
     return [f"![{caption}](report/figures/{name}.{exp.report.figures[0]})", ""]
 
 
+def _shown(frame: pd.DataFrame, mean: str = "mean", prefix: str = "ci_", method: str = "method") -> list[str]:
+    """Each row's mean with the interval :func:`fabnb.core.stats.cell_means` chose, as the report prints it."""
+    return [shown_interval(m, lo, hi, n, how) for m, lo, hi, n, how in
+            zip(frame[mean], frame[f"{prefix}low"], frame[f"{prefix}high"], frame["n"], frame[method])]
+
+
 def _mean(value) -> str:
     return "- (none)" if pd.isna(value) else f"{value:.2f}"
 
@@ -86,9 +92,7 @@ def _reference_section(exp: Experiment, out: Path, answers: pd.DataFrame, questi
     table = beside.assign(
         check=[_rate(r, lo, hi, n) for r, lo, hi, n in zip(beside["rate"], beside["rate_low"], beside["rate_high"],
                                                             beside["n"])],
-        judged=[shown_interval(m, lo, hi, n, how) for m, lo, hi, n, how in
-                zip(beside["judged"], beside["judged_low"], beside["judged_high"], beside["n"],
-                    beside["judged_method"])])
+        judged=_shown(beside, "judged", "judged_", "judged_method"))
     lines += ["### Beside the judged factuality (the same cells)", "",
               table[["system", "context_k", "mode", "check", "judged"]].to_markdown(index=False), ""]
     lines += _figure(exp, out, "reference_check", "The judge-free check beside the judged factuality",
@@ -156,9 +160,8 @@ def _position_section(exp: Experiment, out: Path, answers: pd.DataFrame, per_q: 
     if exp.contexts.positions and len(average):
         table = score_by_depth(average, n_boot=exp.report.bootstrap, seed=exp.report.seed)
         effect = position_effect(average)
-        wide = table.assign(shown=[shown_interval(m, lo, hi, n, how) for m, lo, hi, n, how in
-                                   zip(table["mean"], table["ci_low"], table["ci_high"], table["n"], table["method"])])
-        wide = wide.pivot_table(index=["system", "context_k"], columns="depth", values="shown", aggfunc="first")
+        wide = table.assign(shown=_shown(table)).pivot_table(index=["system", "context_k"], columns="depth",
+                                                             values="shown", aggfunc="first")
         wide.columns = [f"{c}%" for c in wide.columns]
         wide = wide.fillna("-")
         lines += ["## Position of the gold passage (the position sweep, average of the judged metrics)", "",
@@ -170,11 +173,8 @@ def _position_section(exp: Experiment, out: Path, answers: pd.DataFrame, per_q: 
                          lambda: plot_position(table, "average"))
     observed = score_by_evidence_depth(answers, average) if len(average) else pd.DataFrame()
     if len(observed):
-        wide = observed.assign(shown=[shown_interval(m, lo, hi, n, how) for m, lo, hi, n, how in
-                                      zip(observed["mean"], observed["ci_low"], observed["ci_high"], observed["n"],
-                                          observed["method"])])
-        wide = wide.pivot_table(index=["system", "context_k"], columns="band", values="shown",
-                                aggfunc="first").fillna("-")
+        wide = observed.assign(shown=_shown(observed)).pivot_table(index=["system", "context_k"], columns="band",
+                                                                    values="shown", aggfunc="first").fillna("-")
         lines += ["## Where retrieval put the gold evidence (mode A, observed)", "",
                   "Each band holds different questions: a difference between bands is not the position's effect "
                   "alone (the position sweep, `[contexts] positions`, places the same questions at each depth).", "",
@@ -215,9 +215,7 @@ def _ablation_section(exp: Experiment, out: Path, per_q: pd.DataFrame) -> list[s
             table = retriever_ablation(part, named, base, n_boot=exp.report.bootstrap, seed=exp.report.seed)
             if table.empty:
                 continue
-            table = table.assign(score=[shown_interval(m, lo, hi, n, how) for m, lo, hi, n, how in
-                                        zip(table["mean"], table["ci_low"], table["ci_high"], table["n"],
-                                            table["method"])],
+            table = table.assign(score=_shown(table),
                                  difference=[_difference(d, lo, hi, c, name in bases) for d, lo, hi, c, name in
                                              zip(table["diff"], table["diff_low"], table["diff_high"],
                                                  table["claimed"], table["system"])])
