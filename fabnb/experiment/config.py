@@ -467,8 +467,8 @@ class Experiment:
         >>> exp = Experiment.from_dict({"name": "d", "output": "o", "contexts": {"positions": [0, 100],
         ...                             "position_sample": 1}, "systems": [{"name": "r", "model": "embedded"}]})
         >>> q = pd.DataFrame({"test_id": ["q1", "q2"], "gold_context": ["x", "y"]})
-        >>> [(modes, len(asked)) for modes, asked in exp.mode_groups(q)]
-        [(('A',), 2), (('P0', 'P100'), 1)]
+        >>> {modes: len(asked) for modes, asked in exp.mode_groups(q)}
+        {('A',): 2, ('P0', 'P100'): 1}
         """
         return [(modes, self.asked_in(modes[0], questions))
                 for modes in (self.contexts.modes, self.contexts.position_modes) if modes]
