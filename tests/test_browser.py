@@ -650,6 +650,10 @@ def test_fabnb_explore_serves_a_run_folder_as_a_page_of_its_own(tmp_path, monkey
                 assert page.locator("tr.fabnb-row").count() == 8  # the static page's renderer, served
                 assert page.locator(".jp-InputArea, .cm-editor").count() == 0  # a page, not a notebook
                 assert page.request.get(url + "data/").status == 404  # its files, no listing
+                # The summary's window sections (report/windows.json), each table under its heading.
+                sections = page.locator("[data-part=sections]")
+                assert "Effective window (85% of the reference score" in sections.locator("h3").all_inner_texts()[2]
+                assert sections.locator("td", has_text="beyond the sweep").count() == 2  # modes A and B
                 # What the run writes next shows on a reload: the page is made again from the stores.
                 answers = Path(run.output) / "answers.jsonl"
                 row = json.loads(answers.read_text().splitlines()[0])

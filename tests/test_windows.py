@@ -51,8 +51,12 @@ def test_a_position_sweep_is_planned_asked_judged_and_reported_on_its_sample(tmp
     from fabnb.views.explorer import Explorer
     from fabnb.views.page import page_data
 
-    shown = page_data(Explorer.from_folder(exp.output), exp.output).summary["figures"]
-    assert "position.png" in [f["name"] for f in shown]
+    shown = page_data(Explorer.from_folder(exp.output), exp.output).summary
+    assert "position.png" in [f["name"] for f in shown["figures"]]
+    # ... and the section's table, as the summary prints it (report/windows.json).
+    table = next(t for t in shown["sections"] if t["title"].startswith("Position of the gold passage"))
+    assert table["columns"] == ["system", "context_k", "0%", "50%", "100%"]
+    assert table["rows"][0]["0%"] == "0.700, no spread (n = 2)"
     # The sweep's modes stay out of the curve analyses of mode A: report/ is mode A's.
     assert "(modes A)." in (exp.output / "report" / "report.md").read_text()
     recall = summary.split("## Retrieval by window")[1].split("\n## ")[0]

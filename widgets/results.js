@@ -3,8 +3,8 @@
 // notebook widget (fabnb.views.widgets.ResultsExplorer, its data from the kernel) all draw through renderResults.
 //
 // renderResults(root, source) fills root. source.summary and source.cells are the data fabnb.views.page.page_data
-// makes (the summary with its intervals, caveats, figures, comparison and calibration; one compact row per cell);
-// source.load(name) resolves to a part read only when needed ("questions": expected answers and gold evidence;
+// makes (the summary with its intervals, caveats, figures, window sections, comparison and calibration; one compact
+// row per cell); source.load(name) resolves to a part read only when needed ("questions": expected answers and gold evidence;
 // "detail-NNNN": the heavy texts of page_cells cells). Every text is shown with textContent, never as HTML.
 // No import and no request to another host: the page must open from file://.
 
@@ -30,7 +30,7 @@ function renderResults(root, source) {
   [["h1", "title"], ["div", "meta", "meta"], ["div", "comparison"], ["h2", null, null, "Caveats"], ["ul", "caveats", "caveats"],
    ["h2", null, null, "The judge against experts"], ["div", "calibration"],
    ["h2", null, null, "Scores (mean [95% interval], with the cells each covers)"], ["div", "means", "scroll"],
-   ["div", "figures", "figures"], ["h2", null, null, "Cells"], ["div", "filters", "filters"], ["div", "nav", "nav"],
+   ["div", "figures", "figures"], ["div", "sections"], ["h2", null, null, "Cells"], ["div", "filters", "filters"], ["div", "nav", "nav"],
    ["div", "cells", "scroll"], ["div", "detail", "detail"], ["h2", null, null, "Two configurations, question by question"],
    ["div", "pair", "filters"], ["div", "pairs", "scroll"],
    ["div", "help", "meta", "Keys: j / k move, Enter opens, Esc closes, / finds, n / p page; a click on a heading sorts."]]
@@ -45,6 +45,9 @@ function renderResults(root, source) {
   if (S.means.length) table(S.means, ["system", "context_k", "mode", "metric", "shown", "n", "planned"], part("means"));
   else part("means").appendChild(el("p", "No coverage table: the report is written at the end of a run (fabnb run, or fabnb report).", "meta"));
   S.figures.forEach((f) => { const img = el("img"); img.src = f.src; img.alt = f.name; part("figures").appendChild(img); });
+  const sections = S.sections || [];   // summary.md's window sections (report/windows.json), each under its heading
+  if (sections.length) part("sections").appendChild(el("h2", "Why the curve bends (the summary's window sections)"));
+  sections.forEach((s) => { part("sections").appendChild(el("h3", s.title)); table(s.rows, s.columns, part("sections").appendChild(el("div", undefined, "scroll"))); });
   const cal = part("calibration"), K = S.calibration;
   if (!K) cal.appendChild(el("p", "Not calibrated: no expert has checked this judge's scores (fabnb rate --from RUN_DIR --sample N --raters A,B).", "meta"));
   else {

@@ -13,7 +13,8 @@ Each section is drawn only when the run holds what it needs and says so otherwis
 - **Scaling by test type**: each curve split by ROB / MULTI / GEN (:func:`fabnb.analysis.curves.scaling_by_type`).
 
 Figures go to ``report/figures/`` of the run folder in ``[report] figures``' formats, linked from the summary and
-shown by the results viewer with the report's own.
+shown by the results viewer with the report's own; the sections' tables also go to ``report/windows.json``, which
+the results viewer draws under their headings (:mod:`fabnb.views.page`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,36 @@ def _shown(frame: pd.DataFrame, mean: str = "mean", prefix: str = "ci_", method:
             zip(frame[mean], frame[f"{prefix}low"], frame[f"{prefix}high"], frame["n"], frame[method])]
 
 
+class _Table(str):
+    """A section's table as the summary prints it (markdown), keeping the frame it was made from, so that
+    :func:`window_sections` can also hand the table to the results viewer (``report/windows.json``)."""
+
+    frame: pd.DataFrame
+
+
+def _table(frame: pd.DataFrame) -> _Table:
+    shown = _Table(frame.to_markdown(index=False))
+    shown.frame = frame
+    return shown
+
+
+def _viewer_tables(lines: list[str]) -> list[dict]:
+    """Each table of ``lines`` under its nearest heading: ``{"title", "columns", "rows"}`` (one dict a row, NaN as
+    None), what the results renderer draws."""
+    import json
+
+    tables, title = [], ""
+    for line in lines:
+        if line.startswith("#"):
+            title = line.lstrip("#").strip()
+        elif isinstance(line, _Table):
+            frame = line.frame.copy()
+            frame.columns = [str(c) for c in frame.columns]
+            rows = json.loads(frame.to_json(orient="records", force_ascii=False))
+            tables.append({"title": title, "columns": list(frame.columns), "rows": rows})
+    return tables
+
+
 def _mean(value) -> str:
     return "- (none)" if pd.isna(value) else f"{value:.2f}"
 
@@ -82,7 +113,7 @@ def _reference_section(exp: Experiment, out: Path, answers: pd.DataFrame, questi
     lines = ["## Reference check of objective answers (not G-Eval)", "",
              "The share of objective answers the judge-free check finds correct, with its Wilson 95% interval "
              "(`reference.csv` has every cell).", "",
-             shown[["system", "context_k", "mode", "correct"]].to_markdown(index=False), ""]
+             _table(shown[["system", "context_k", "mode", "correct"]]), ""]
     if "factuality" not in exp.metrics or scores.empty:
         return lines + ["The judged factuality is not in this run's metrics: nothing to set the check beside.", ""]
     beside = reference_beside_judged(ref, scores, n_boot=exp.report.bootstrap, seed=exp.report.seed)
@@ -94,7 +125,7 @@ def _reference_section(exp: Experiment, out: Path, answers: pd.DataFrame, questi
                                                             beside["n"])],
         judged=_shown(beside, "judged", "judged_", "judged_method"))
     lines += ["### Beside the judged factuality (the same cells)", "",
-              table[["system", "context_k", "mode", "check", "judged"]].to_markdown(index=False), ""]
+              _table(table[["system", "context_k", "mode", "check", "judged"]]), ""]
     lines += _figure(exp, out, "reference_check", "The judge-free check beside the judged factuality",
                      lambda: plot_reference_check(beside))
     said = [f"- **{r.system}**: the judge passes (factuality >= 0.5) what the check finds correct in {r.agree:,} of "
@@ -120,7 +151,7 @@ def _retrieval_section(answers: pd.DataFrame) -> list[str]:
                                                             table["cells"], table["no_sources"])])
     return ["## Retrieval by window (gold-document recall, Wilson 95%)", "",
             "The share of answered cells whose context held a gold document; cells of a system without sources are "
-            "counted apart.", "", shown.drop(columns=["ci_low", "ci_high"]).to_markdown(index=False), ""]
+            "counted apart.", "", _table(shown.drop(columns=["ci_low", "ci_high"])), ""]
 
 
 def _effective_section(exp: Experiment, per_q: pd.DataFrame) -> list[str]:
@@ -145,7 +176,7 @@ def _effective_section(exp: Experiment, per_q: pd.DataFrame) -> list[str]:
             "NoLiMa's effective length: the last window of the first run that keeps 85% of the reference; the range "
             f"is over {exp.report.bootstrap:,} bootstrap draws of the questions (docs/statistics.md). The report's "
             "operating point is another question: the first window that reaches 90% of the curve's peak.", "",
-            pd.DataFrame(rows).to_markdown(index=False), ""]
+            _table(pd.DataFrame(rows)), ""]
 
 
 def _position_section(exp: Experiment, out: Path, answers: pd.DataFrame, per_q: pd.DataFrame) -> list[str]:
@@ -167,7 +198,7 @@ def _position_section(exp: Experiment, out: Path, answers: pd.DataFrame, per_q: 
         lines += ["## Position of the gold passage (the position sweep, average of the judged metrics)", "",
                   "The gold passage placed at each depth among the window's other chunks, the same questions at "
                   "every depth; a position effect is claimed only under Holm's correction over this table.", "",
-                  wide.reset_index().to_markdown(index=False), "",
+                  _table(wide.reset_index()), "",
                   *[f"- **{r.system} {r.context_k:g}K**: {r.said}" for r in effect.itertuples()], ""]
         lines += _figure(exp, out, "position", "Score against the gold passage's depth",
                          lambda: plot_position(table, "average"))
@@ -178,7 +209,7 @@ def _position_section(exp: Experiment, out: Path, answers: pd.DataFrame, per_q: 
         lines += ["## Where retrieval put the gold evidence (mode A, observed)", "",
                   "Each band holds different questions: a difference between bands is not the position's effect "
                   "alone (the position sweep, `[contexts] positions`, places the same questions at each depth).", "",
-                  wide.reset_index().to_markdown(index=False), ""]
+                  _table(wide.reset_index()), ""]
     return lines
 
 
@@ -222,7 +253,7 @@ def _ablation_section(exp: Experiment, out: Path, per_q: pd.DataFrame) -> list[s
             lines += [f"## Retriever ablation ({model}, mode {mode}, average of the judged metrics)", "",
                       f"The same questions and windows through each retriever; the difference is from {base} on the "
                       "same questions, claimed under Holm's correction over the table.", "",
-                      table[["retriever", "system", "context_k", "score", "difference"]].to_markdown(index=False), ""]
+                      _table(table[["retriever", "system", "context_k", "score", "difference"]]), ""]
             curves = with_average(part[part["system"].isin(list(named))])
             curves = curves.assign(model=curves["system"].map(named))
             lines += _figure(exp, out, f"retrievers_{mode}", f"Score by window per retriever, mode {mode}",
@@ -257,8 +288,8 @@ def _type_section(exp: Experiment, out: Path, per_q: pd.DataFrame, questions: pd
     lines = ["## Scaling by test type (average of the judged metrics)", "",
              "Each curve split by the question's test type: a label only with evidence (the table one family), "
              "none below the questions a curve needs.", "",
-             table.rename(columns={"model": "system"})[["system", "mode", "test_type", "n_questions", "label",
-                                                        "slope", "effective"]].to_markdown(index=False), ""]
+             _table(table.rename(columns={"model": "system"})[["system", "mode", "test_type", "n_questions", "label",
+                                                               "slope", "effective"]]), ""]
     drawn = table[table["label"] != "too few questions"]
     if drawn.empty:
         return lines
@@ -273,7 +304,9 @@ def _type_section(exp: Experiment, out: Path, per_q: pd.DataFrame, questions: pd
 
 def window_sections(exp: Experiment, out: Path, answers: pd.DataFrame, questions: pd.DataFrame,
                     per_question: pd.DataFrame) -> list[str]:
-    """The summary's sections on the windows (the module's list), in order, as markdown lines.
+    """The summary's sections on the windows (the module's list), in order, as markdown lines; their figures in
+    ``report/figures`` and their tables in ``report/windows.json`` (``{"sections": [{"title", "columns", "rows"}]}``,
+    for the results viewer), both under ``out``.
 
     Parameters
     ----------
@@ -292,13 +325,20 @@ def window_sections(exp: Experiment, out: Path, answers: pd.DataFrame, questions
     >>> window_sections(exp, exp.output, pd.DataFrame(), pd.DataFrame(), pd.DataFrame())  # no answers yet
     []
     """
+    import json
+
     main = per_question[per_question["mode"].isin(exp.contexts.modes)] if len(per_question) else per_question
     lines = _reference_section(exp, out, answers, questions, per_question)
     lines += _retrieval_section(answers[answers["mode"].isin(exp.contexts.modes)] if len(answers) else answers)
     lines += _effective_section(exp, main)
     lines += _position_section(exp, out, answers, per_question)
     lines += _ablation_section(exp, out, main)
-    return lines + _type_section(exp, out, main, questions)
+    lines += _type_section(exp, out, main, questions)
+    # The same tables for the results viewer (fabnb.views.page reads them), rewritten with every summary.
+    (out / "report").mkdir(parents=True, exist_ok=True)
+    (out / "report" / "windows.json").write_text(json.dumps({"sections": _viewer_tables(lines)}, indent=1,
+                                                            ensure_ascii=False), encoding="utf-8")
+    return [str(line) for line in lines]
 
 
 def summary_sections(summary: str | Path, *titles: str, missing: str = "say") -> str:

@@ -11,7 +11,8 @@ files that register themselves with the page (``FABNB.add(name, value)``; browse
 
 - ``data/summary.js``: the run's name, versions and judge; the report's means with their intervals and coverage
   (``coverage.csv``, the table of ``summary.md``); its caveats; the figures of ``report/figures`` (copied to
-  ``figures/``); and, where ``fabnb compare`` wrote ``compare.json`` into the folder, the comparison;
+  ``figures/``); the tables of the summary's window sections (``report/windows.json``); and, where
+  ``fabnb compare`` wrote ``compare.json`` into the folder, the comparison;
 - ``data/cells.js``: one compact row per cell (system, window, mode, question, state, flags, each metric's score,
   the average), all the page filters on, and the questions' texts;
 - ``data/questions.js``: each question's expected answer, gold evidence and gold documents (the detail marks the
@@ -70,6 +71,15 @@ def _caveats(folder: Path) -> list[str]:
     return lines
 
 
+def _sections(folder: Path | None) -> list[dict]:
+    """The tables of the summary's window sections (``report/windows.json``, written with ``summary.md`` by
+    :func:`fabnb.experiment.windows.window_sections`): each ``{"title", "columns", "rows"}``; none before a report."""
+    path = folder / "report" / "windows.json" if folder is not None else None
+    if path is None or not path.exists():
+        return []
+    return json.loads(path.read_text(encoding="utf-8")).get("sections", [])
+
+
 def _summary(folder: Path | None, manifest: dict, figures: list[dict]) -> dict:
     from ..judge.calibration import read_calibration
     from .explorer import plain_rows
@@ -84,7 +94,7 @@ def _summary(folder: Path | None, manifest: dict, figures: list[dict]) -> dict:
             "rubric_version": manifest.get("rubric_version"), "runs": manifest.get("runs", [])[-1:],
             "statistics": manifest.get("statistics", {}).get("interval"),
             "means": plain_rows(coverage[keep]),
-            "caveats": _caveats(folder) if has else [], "figures": figures,
+            "caveats": _caveats(folder) if has else [], "figures": figures, "sections": _sections(folder),
             "comparison": json.loads(compare.read_text(encoding="utf-8")) if has and compare.exists() else None,
             "calibration": read_calibration(folder) if has else None}
 
@@ -166,7 +176,8 @@ class PageData:
     ----------
     summary : dict
         name, fabnb, judge, rubric_version, runs, statistics, means (the coverage table's rows), caveats, figures
-        (each ``{"name", "src"}``), comparison (``compare.json``) and calibration, or empty where the folder has none.
+        (each ``{"name", "src"}``), sections (the window sections' tables, each ``{"title", "columns", "rows"}``),
+        comparison (``compare.json``) and calibration, or empty where the folder has none.
     cells : dict
         columns (system, model, context_k, mode, test_id, state, flags, ..., each metric, average), metrics, rows
         (one list a cell, in ``frame``'s order), questions (test_id to its text), page_cells and pages.
