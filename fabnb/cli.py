@@ -92,13 +92,23 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _batch(args: argparse.Namespace) -> int:
-    """``fabnb batch export|import``: a stage's requests for vLLM's run_batch, and its output into the cache."""
+    """``fabnb batch export|import|cancel``: a stage's requests for vLLM's run_batch, its output into the cache, and
+    the run folder's open batches cancelled."""
     from .core.errors import FabnbError
     from .experiment import Experiment
-    from .experiment.batching import export_stage, import_stage
+    from .experiment.batching import cancel_batches, export_stage, import_stage
 
+    if args.action != "cancel" and not args.path:
+        print(f"fabnb batch {args.action}: give the file to {'write' if args.action == 'export' else 'read'} after "
+              "the experiment file", file=sys.stderr)
+        return EXIT["usage"]
     try:
         exp = Experiment.from_file(args.file, output=args.out)
+        if args.action == "cancel":
+            cancelled = cancel_batches(exp)
+            print(f"cancelled {len(cancelled):,} open batches of {exp.output}; what they completed is billed and "
+                  "kept: a rerun reads it and asks the rest")
+            return EXIT["ok"]
         if args.action == "export":
             n = export_stage(exp, args.stage, args.path, args.system)
             print(f"wrote {n:,} {args.stage} requests to {args.path} (vLLM: python -m vllm.entrypoints.openai."
@@ -401,12 +411,14 @@ def build_parser() -> argparse.ArgumentParser:
                           "keep its cells (recorded in the manifest); repeat for several")
     run.set_defaults(run=_run)
     _add_compare(sub)
-    bat = sub.add_parser("batch", help="a stage's requests for vLLM's run_batch (export), and its output into the "
-                                       "response cache (import)", epilog=table(),
+    bat = sub.add_parser("batch", help="a stage's requests for vLLM's run_batch (export), its output into the "
+                                       "response cache (import), the run's open batches cancelled (cancel)",
+                         epilog=table(),
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    bat.add_argument("action", choices=("export", "import"))
+    bat.add_argument("action", choices=("export", "import", "cancel"))
     bat.add_argument("file", help="the experiment file")
-    bat.add_argument("path", help="export: the request file to write; import: run_batch's output file to read")
+    bat.add_argument("path", nargs="?",
+                     help="export: the request file to write; import: run_batch's output file to read")
     bat.add_argument("--stage", choices=("answers", "judge"), default="judge",
                      help="answers (the reference-kind systems) or judge (the stored answers'); default: %(default)s")
     bat.add_argument("--system", action="append", metavar="NAME", help="answers: only this system; repeat for several")

@@ -208,3 +208,43 @@ def test_the_progress_file_says_a_batch_stages_state(tmp_path):
     assert seen["batch"] == {"id": "batch_7", "status": "in_progress", "completed": 120, "total": 960}
     bar.start_stage("judge", 960, 960)
     assert json.loads((tmp_path / "progress.json").read_text())["batch"] is None
+
+
+def test_fabnb_batch_cancel_stops_the_runs_open_batches_on_their_own_endpoint(tmp_path, batches, capsys):
+    import signal
+    import time
+
+    from fabnb.cli import main
+
+    path = write_file(tmp_path, sample=2, windows="[1]", modes='["A"]', metrics='["relevance", "depth"]',
+                      extra_judge=BATCH_JUDGE)
+    exp = Experiment.from_file(path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    batches.hold_after = 2  # the judge's batch does 2 of its 4 lines, then waits
+    run = subprocess.Popen([sys.executable, "-m", "fabnb.cli", "run", str(path), "--no-probe", "--no-progress"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (batches.order and batches.batches[batches.order[0]]["request_counts"]["completed"] >= 2):
+            assert run.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)  # killed while its batch is in flight
+        run.wait()
+    cancel = ["batch", "cancel", str(path)]
+    assert main(cancel) == 0 and "cancelled 1 open batches" in capsys.readouterr().out
+    (batch_id,) = batches.order
+    assert batches.batches[batch_id]["status"] in ("cancelling", "cancelled")
+    ledger = json.loads((exp.output / LEDGER).read_text())["batches"]
+    assert [e["status"] for e in ledger.values()] == ["cancelling"]
+    assert main(cancel) == 0 and "cancelled 0 open batches" in capsys.readouterr().out  # nothing cancelled twice
+    # The rerun keeps the 2 lines the cancelled batch completed (billed) and sends only the other 2.
+    again = run_experiment(Experiment.from_file(path), progress=False, probe=False, echo=quiet)
+    assert again.status == "finished" and again.tally.set_index("stage").loc["judge", "ok"] == 4
+    assert batches.created == 2 and len(batches.batches[batches.order[1]]["_lines"]) == 2
+    # A batch the ledger says went to another endpoint is named, not cancelled through this one.
+    digest = next(iter(ledger))
+    (exp.output / LEDGER).write_text(json.dumps({"batches": {digest: {**ledger[digest], "status": "in_progress",
+                                                                      "endpoint": "http://elsewhere/v1/"}}}))
+    assert main(cancel) == 0 and "not cancelled: it went to http://elsewhere/v1/" in capsys.readouterr().out
+    assert main(["batch", "import", str(path)]) == 2 and "give the file to read" in capsys.readouterr().err

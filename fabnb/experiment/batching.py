@@ -22,8 +22,8 @@ from .config import Experiment
 from .output import planned, spent, stores, tally
 from .prices import batch_cost
 
-__all__ = ["ROUNDS", "batch_requests", "collect_answers", "collect_judge", "export_stage", "import_stage",
-           "prefill_answers", "prefill_judge", "refuse_without_routes"]
+__all__ = ["ROUNDS", "batch_requests", "cancel_batches", "collect_answers", "collect_judge", "export_stage",
+           "import_stage", "prefill_answers", "prefill_judge", "refuse_without_routes"]
 
 #: Collecting passes per stage: a judge call built from an earlier call's reply shows up only once that reply is in
 #: the cache.
@@ -193,3 +193,24 @@ def import_stage(exp: Experiment, stage: str, path: str | Path, systems=None):
     read_output(path)  # a broken file is named even when the stage misses nothing
     return [import_replies(llm, requests, path)
             for llm, requests in batch_requests(_stage_calls(exp, stage, systems)).items()]
+
+
+def cancel_batches(exp: Experiment, echo=print) -> list:
+    """``fabnb batch cancel``: cancel the open batches of the run folder (``batches.json``), each through the
+    endpoint it went to (the judge's, or a system's that calls one); the ids cancelled. What they completed is billed
+    and kept: the next run reads it, and asks the rest in a new batch or online.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> exp = Experiment.from_dict({"name": "demo", "output": tempfile.mkdtemp(), "judge": {"model": "embedded"},
+    ...                             "systems": [{"name": "local", "model": "embedded"}]})
+    >>> cancel_batches(exp)  # nothing submitted from this folder
+    []
+    """
+    from ..models.batch import cancel_open
+
+    endpoints = [exp.judge] + [s.endpoint for s in exp.systems if s.uses_endpoint]
+    # The embedded model has no batch routes (and would be started for nothing): its batches cannot exist.
+    llms = {e.identity(): e.llm() for e in endpoints if not e.embedded and e.url()}
+    return cancel_open(list(llms.values()), exp.output, echo=echo)

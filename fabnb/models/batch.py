@@ -235,7 +235,8 @@ def _submit(client, data: bytes, digest: str, stage: str, ledger: BatchLedger, e
                                   metadata={_HASH_KEY: digest, "fabnb_stage": stage})
     # Recorded before anything else: a kill from here on finds the batch in the ledger, and before it, by listing.
     n = data.count(b"\n")
-    ledger.put(digest, batch_id=batch.id, stage=stage, lines=n, status=batch.status, submitted=time.time())
+    ledger.put(digest, batch_id=batch.id, stage=stage, lines=n, status=batch.status, submitted=time.time(),
+               endpoint=str(client.base_url))
     echo(f"batch {batch.id}: {n:,} requests of {stage} submitted")
     return batch.id
 
@@ -251,7 +252,7 @@ def _batch_of(client, data: bytes, digest: str, stage: str, ledger: BatchLedger,
         if found is not None:
             batch_id = found.id
             ledger.put(digest, batch_id=batch_id, stage=stage, lines=data.count(b"\n"), status=found.status,
-                       submitted=found.created_at, found_by="listing")
+                       submitted=found.created_at, found_by="listing", endpoint=str(client.base_url))
             echo(f"batch {batch_id}: found by its input's hash (submitted before a stop), not submitted again")
     if batch_id is None:
         if not submit:
@@ -353,18 +354,35 @@ def run_batches(llm, requests, folder: str | Path, *, stage: str, poll_s: float 
     return run
 
 
-def cancel_open(llm, folder: str | Path, echo=print) -> list:
-    """Cancel every batch of the ledger that has not ended, whatever its requests (a user's stop); the ids
-    cancelled. What they completed is billed and is read by the next run (:func:`run_batches`)."""
-    client = llm.openai_client()
+def cancel_open(llms, folder: str | Path, echo=print) -> list:
+    """Cancel every batch of the ledger that has not ended, whatever its requests (a user's stop: ``fabnb batch
+    cancel``), each through the one of ``llms`` whose endpoint it went to; the ids cancelled. What they completed is
+    billed and is read by the next run (:func:`run_batches`). A batch that ended meanwhile is recorded as such and
+    left; one sent to an endpoint none of ``llms`` has is named and left.
+
+    >>> import tempfile
+    >>> cancel_open([], tempfile.mkdtemp())  # no batches.json: nothing to cancel
+    []
+    """
+    clients = {str(client.base_url): client for client in (llm.openai_client() for llm in llms)}
     ledger = BatchLedger(folder)
     out = []
-    for digest, entry in ledger.entries.items():
-        if entry.get("batch_id") and entry.get("status") not in TERMINAL:
-            client.batches.cancel(entry["batch_id"])
-            ledger.put(digest, status="cancelling")
-            echo(f"batch {entry['batch_id']}: cancelled")
-            out.append(entry["batch_id"])
+    for digest, entry in list(ledger.entries.items()):
+        batch_id = entry.get("batch_id")
+        if not batch_id or entry.get("status") in TERMINAL:
+            continue
+        client = clients.get(entry.get("endpoint"))
+        if client is None:
+            echo(f"batch {batch_id}: not cancelled: it went to {entry.get('endpoint') or 'an endpoint not recorded'}"
+                 f", which is none of the experiment's ({', '.join(clients) or 'none'}); cancel it there")
+            continue
+        status = client.batches.retrieve(batch_id).status
+        if status not in TERMINAL:
+            status = client.batches.cancel(batch_id).status
+            out.append(batch_id)
+        ledger.put(digest, status=status)
+        echo(f"batch {batch_id}: {status}" + (" (what it completed is billed, and kept by the next run)"
+                                              if batch_id in out else ", not cancelled"))
     return out
 
 
