@@ -72,7 +72,7 @@ def test_a_jsonl_line_that_is_not_an_object_is_named(tmp_path):
         plain_records(path)
     path.write_text('{"question": "What?", "answer": "This."}\n{"question": "What?",\n')
     read = read_qa_files(path)  # "warn": the file is listed as a problem, nothing half-read
-    assert not len(read) and "line 2: not a JSON object" in read.problems["message"].iloc[0]
+    assert not len(read) and "line 2: not JSON (" in read.problems["message"].iloc[0]
     assert set(PLAIN_FIELDS) >= {"question", "answer", "id", "gold_evidence", "gold_doc_ids"}
 
 

@@ -5,6 +5,8 @@ ratings, the paths a run's manifest records, an experiment file) goes through he
 
 - :func:`inside` says whether a path lies under a root (symbolic links followed), for servers that must not
   read past their root;
+- :func:`json_lines` splits a JSON Lines text into its lines' values, with what is wrong with a line, for the
+  caller to refuse or skip it naming its file;
 - :func:`read_bytes` and :func:`read_text` open regular files only (``/dev/zero``, a FIFO or a folder is
   refused before it is opened), refuse one larger than a cap, checked on its size first and again while
   reading (a file that grows, or one whose size lies), and say which setting named the file and how to fix it.
@@ -30,13 +32,14 @@ Examples
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
 
 from .errors import FabnbError
 
-__all__ = ["MAX_FILE_BYTES", "FileRefused", "inside", "read_bytes", "read_text", "write_whole"]
+__all__ = ["MAX_FILE_BYTES", "FileRefused", "inside", "json_lines", "read_bytes", "read_text", "write_whole"]
 
 #: The largest file of each kind fabnb reads, in bytes: what is larger is refused with its size and this cap.
 MAX_FILE_BYTES = {
@@ -61,6 +64,28 @@ class FileRefused(FabnbError, ValueError):
     def __init__(self, setting: str, path, reason: str):
         super().__init__(f"{setting}: {path} {reason}")
         self.setting, self.path, self.reason = setting, str(path), reason
+
+
+def json_lines(text: str):
+    """Each non-blank line of a JSON Lines text as ``(line number, value, why)``: ``why`` is None for a JSON object,
+    else what the line is instead ("not JSON (<the parser's message>)", "a list, not a JSON object"), with ``value``
+    None for a line that is not JSON. The caller refuses or skips such a line, naming its file.
+
+    >>> for number, value, why in json_lines('{"id": 1}\\n\\n[2]\\n{oops\\n'):
+    ...     print(number, value, why)
+    1 {'id': 1} None
+    3 [2] a list, not a JSON object
+    4 None not JSON (Expecting property name enclosed in double quotes)
+    """
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            yield number, None, f"not JSON ({exc.msg})"
+            continue
+        yield number, value, None if isinstance(value, dict) else f"a {type(value).__name__}, not a JSON object"
 
 
 def inside(path: str | Path, root: str | Path) -> bool:

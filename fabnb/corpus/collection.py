@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import FabnbError
-from ..core.files import MAX_FILE_BYTES, FileRefused, read_bytes
+from ..core.files import MAX_FILE_BYTES, FileRefused, json_lines, read_bytes
 from ..core.tokens import tokenizer
 from .passages import readability
 from .terms import KnowledgeBase
@@ -207,13 +207,11 @@ def _read_pdf(loader: _Loader, path: Path, doc_id: str) -> None:
 def _json_records(loader: _Loader, path: Path, doc_id: str, text: str, fmt: str):
     """Yield (index, record) from a JSON array/object or JSONL lines; report broken lines."""
     if fmt == "jsonl":
-        for n, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                yield n, json.loads(line)
-            except json.JSONDecodeError as exc:
-                loader.problem(path, doc_id, "bad-record", f"line {n} is not JSON ({exc.msg}); it was skipped.")
+        for n, value, why in json_lines(text):
+            if why:
+                loader.problem(path, doc_id, "bad-record", f"line {n} is {why}; it was skipped.")
+            else:
+                yield n, value
         return
     try:
         data = json.loads(text)

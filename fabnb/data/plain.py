@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 
-from ..core.files import MAX_FILE_BYTES, FileRefused, read_text
+from ..core.files import MAX_FILE_BYTES, FileRefused, json_lines, read_text
 from ..core.schema import METRICS, QUESTION_FORMATS, TEST_TYPES
 
 __all__ = ["PLAIN_FIELDS", "PLAIN_SUFFIXES", "PlainError", "plain_records", "plain_schema"]
@@ -62,16 +61,9 @@ def _rows(path: Path, text: str):
                                  f"header's {len(reader.fieldnames)}; quote a cell that holds a comma.")
             yield reader.line_num, row
         return
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise PlainError(f"{path.name}, line {number}: not a JSON object ({exc.msg}); a JSON Lines file holds one "
-                             "object a line.") from None
-        if not isinstance(row, dict):
-            raise PlainError(f"{path.name}, line {number}: a {type(row).__name__}, not a JSON object.")
+    for number, row, why in json_lines(text):
+        if why:
+            raise PlainError(f"{path.name}, line {number}: {why}; a JSON Lines file holds one object a line.")
         yield number, row
 
 

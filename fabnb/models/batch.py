@@ -198,8 +198,20 @@ class BatchRun:
 def _read_lines(client, file_id: str | None) -> list[dict]:
     if not file_id:
         return []
-    text = client.files.content(file_id).text
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return _lines(client.files.content(file_id).text, f"the provider's file {file_id}")
+
+
+def _lines(text: str, where: str) -> list[dict]:
+    """The objects of a batch output text; :class:`BatchError` naming ``where`` and the line for one that is not."""
+    from ..core.files import json_lines
+
+    out = []
+    for number, line, why in json_lines(text):
+        if why:
+            raise BatchError(f"{where}: line {number} is {why}; a batch output file has one JSON object per line, "
+                             "as run_batch writes it.", "bad-body")
+        out.append(line)
+    return out
 
 
 def _keep(llm, bodies: dict, lines, run: BatchRun, foreign: str | None = None) -> set:
@@ -403,22 +415,9 @@ def read_output(path: str | Path) -> list[dict]:
     >>> read_output(bad)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    fabnb.models.batch.BatchError: ...out.jsonl: line 2 is not a JSON object ...
+    fabnb.models.batch.BatchError: ...out.jsonl: line 2 is a list, not a JSON object; ...
     """
-    out = []
-    for number, text in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not text.strip():
-            continue
-        try:
-            line = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise BatchError(f"{path}: line {number} is not JSON ({exc.msg}); a batch output file has one JSON "
-                             "object per line, as run_batch writes it.", "bad-body") from None
-        if not isinstance(line, dict):
-            raise BatchError(f"{path}: line {number} is not a JSON object (a {type(line).__name__}); a batch "
-                             "output file has one object per line, as run_batch writes it.", "bad-body")
-        out.append(line)
-    return out
+    return _lines(Path(path).read_text(encoding="utf-8"), str(path))
 
 
 def import_replies(llm, requests, path: str | Path) -> BatchRun:
