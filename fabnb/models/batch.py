@@ -370,7 +370,8 @@ def cancel_open(llms, folder: str | Path, echo=print) -> list:
     """Cancel every batch of the ledger that has not ended, whatever its requests (a user's stop: ``fabnb batch
     cancel``), each through the one of ``llms`` whose endpoint it went to; the ids cancelled. What they completed is
     billed and is read by the next run (:func:`run_batches`). A batch that ended meanwhile is recorded as such and
-    left; one sent to an endpoint none of ``llms`` has is named and left.
+    left; one sent to an endpoint none of ``llms`` has is named and left. A batch whose run was killed before it
+    was recorded is not in the ledger: the next run finds it by listing (:func:`find_batch`).
 
     >>> import tempfile
     >>> cancel_open([], tempfile.mkdtemp())  # no batches.json: nothing to cancel
