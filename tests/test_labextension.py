@@ -170,6 +170,9 @@ def test_the_extension_end_to_end_in_a_real_browser(tmp_path, fab_bench_dir):
             assert results.locator("tr.fabnb-row").count() == 2
             assert "n = 1 / 1" in results.locator("[data-part='means']").inner_text()
             assert results.locator("[data-part='figures'] img").count() >= 1
+            # The summary's window sections (report/windows.json), each table under its heading.
+            headings = results.locator("[data-part='sections'] h3").all_inner_texts()
+            assert any(h.startswith("Effective window") for h in headings), headings
             frame = next(f for f in page.frames if "/fabnb/page/" in f.url)
             _wait_until(lambda: frame.evaluate("[...document.querySelectorAll('[data-part=figures] img')]"
                                                ".every(i => i.complete && i.naturalWidth > 0)"), 30)
