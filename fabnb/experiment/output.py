@@ -21,7 +21,7 @@ import pandas as pd
 
 from .. import __version__
 from .config import Experiment, ExperimentError, holds_other_files
-from .prices import batch_price_of, cost_of
+from .prices import cost_of
 
 __all__ = ["ExperimentRun", "FAILURE_COLUMNS", "TALLY_COLUMNS", "check_output", "column_sum", "failures",
            "questions_hash", "read_manifest", "record_failure", "spent", "stored", "stores", "tally", "write_json",
@@ -240,10 +240,8 @@ def _cost(model: str, prices: dict, rows: pd.DataFrame) -> float | None:
     if not batch.any() or online is None:
         return online
     pt, ct = column_sum(rows[batch], "prompt_tokens"), column_sum(rows[batch], "completion_tokens")
-    price = batch_price_of(model, prices)
-    if price is None:
-        return online + cost_of(model, prices, pt, ct)
-    return online + (pt * price["input"] + ct * price["output"]) / 1e6
+    in_batch = cost_of(model, prices, pt, ct, batch=True)
+    return online + (cost_of(model, prices, pt, ct) if in_batch is None else in_batch)
 
 
 def spent(t: pd.DataFrame) -> float:

@@ -524,16 +524,12 @@ def plan(exp: Experiment, probe: bool = False, inputs: PlanInputs | None = None)
 def _batch_said(exp: Experiment, table: pd.DataFrame) -> tuple:
     """Each batch stage's cost at the batch price beside its online cost (the table's), and its time: the
     provider's window, not an ETA from probes."""
-    from .prices import batch_price_of
-
     batched = {s.name for s in exp.systems if s.mode == "batch"}
     lines = []
     for r in table.itertuples():
         if not ((r.stage == "answers" and r.system in batched) or (r.stage == "judge" and exp.judging.mode == "batch")):
             continue
-        price = batch_price_of(r.model, exp.prices)
-        dollars = None if price is None else (r.prompt_tokens * price["input"]
-                                              + r.completion_tokens * price["output"]) / 1e6
+        dollars = cost_of(r.model, exp.prices, r.prompt_tokens, r.completion_tokens, batch=True)
         batch = ("unknown (no batch price for this model: add batch_input and batch_output under [prices])"
                  if dollars is None else f"${dollars:,.4f}")
         online = "unknown" if pd.isna(r.cost_usd) else f"${r.cost_usd:,.4f}"

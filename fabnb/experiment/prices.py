@@ -54,9 +54,10 @@ def price_of(model: str, prices: dict | None = None) -> dict | None:
     return None
 
 
-def cost_of(model: str, prices: dict, input_tokens: float, output_tokens: float) -> float | None:
-    """Dollars for that many tokens of ``model`` (None: no known price, never 0)."""
-    p = price_of(model, prices)
+def cost_of(model: str, prices: dict, input_tokens: float, output_tokens: float, batch: bool = False) -> float | None:
+    """Dollars for that many tokens of ``model`` at its price, or with ``batch`` at its batch price
+    (:func:`batch_price_of`); None: no known price, never 0."""
+    p = batch_price_of(model, prices) if batch else price_of(model, prices)
     return None if p is None else (input_tokens * p["input"] + output_tokens * p["output"]) / 1e6
 
 
@@ -94,13 +95,12 @@ def batch_cost(model: str, prices: dict | None, requests) -> float | None:
     """
     from ..core.tokens import count_tokens
 
-    price = batch_price_of(model, prices)
-    if price is None:
-        return None
-    total = 0.0
+    if batch_price_of(model, prices) is None:
+        return None  # before counting any token
+    prompt = completion = 0
     for _, body in requests:
         if not body.get("max_tokens"):
             return None
-        prompt = sum(count_tokens(str(m.get("content", ""))) + 4 for m in body.get("messages", []))
-        total += prompt * price["input"] + body["max_tokens"] * price["output"]
-    return total / 1e6
+        prompt += sum(count_tokens(str(m.get("content", ""))) + 4 for m in body.get("messages", []))
+        completion += body["max_tokens"]
+    return cost_of(model, prices, prompt, completion, batch=True)
