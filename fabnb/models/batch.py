@@ -274,10 +274,21 @@ def _batch_of(client, data: bytes, digest: str, stage: str, ledger: BatchLedger,
         return batch_id
     run.adopted.append(batch_id)
     if not submit and (ledger.get(digest) or {}).get("status") not in TERMINAL:
-        client.batches.cancel(batch_id)
-        ledger.put(digest, status="cancelling")
-        echo(f"batch {batch_id}: cancelled (the budget cannot pay for it); what it completed is kept")
+        _cancel(client, ledger, digest, batch_id, echo, "the budget cannot pay for it")
     return batch_id
+
+
+def _cancel(client, ledger: BatchLedger, digest: str, batch_id: str, echo, why: str) -> bool:
+    """Cancel one batch unless it has ended (asked of the provider: the ledger may be behind it), and record its
+    status; whether it was cancelled. What it completed is billed, and read by the next run."""
+    status = client.batches.retrieve(batch_id).status
+    cancelled = status not in TERMINAL
+    if cancelled:
+        status = client.batches.cancel(batch_id).status
+    ledger.put(digest, status=status)
+    echo(f"batch {batch_id}: " + (f"cancelled ({why}); what it completed is billed, and kept" if cancelled
+                                  else f"{status}, not cancelled"))
+    return cancelled
 
 
 def _poll(client, ids: list, ledger: BatchLedger, digests: dict, poll_s: float, echo, progress) -> dict:
@@ -389,13 +400,8 @@ def cancel_open(llms, folder: str | Path, echo=print) -> list:
             echo(f"batch {batch_id}: not cancelled: it went to {entry.get('endpoint') or 'an endpoint not recorded'}"
                  f", which is none of the experiment's ({', '.join(clients) or 'none'}); cancel it there")
             continue
-        status = client.batches.retrieve(batch_id).status
-        if status not in TERMINAL:
-            status = client.batches.cancel(batch_id).status
+        if _cancel(client, ledger, digest, batch_id, echo, "asked"):
             out.append(batch_id)
-        ledger.put(digest, status=status)
-        echo(f"batch {batch_id}: {status}" + (" (what it completed is billed, and kept by the next run)"
-                                              if batch_id in out else ", not cancelled"))
     return out
 
 
