@@ -27,7 +27,7 @@ import re
 import threading
 import time
 
-from stub_openai import completion
+from stub_openai import Served, completion
 
 TERMINAL = ("completed", "failed", "expired", "cancelled")
 
@@ -101,7 +101,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class BatchServer:
+class BatchServer(Served):
     """``with BatchServer(reply) as s: openai.OpenAI(base_url=s.base_url, api_key="x")``."""
 
     def __init__(self, reply=echo_reply, line_delay: float = 0.0, page_size_cap: int = 100):
@@ -221,18 +221,9 @@ class BatchServer:
 
     # ------------------------------------------------------------------ life
     @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    @property
     def created(self) -> int:
         return len(self.order)
 
-    def __enter__(self) -> "BatchServer":
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-        return self
-
     def __exit__(self, *exc) -> None:
-        self.hold.clear()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.hold.clear()  # a held batch's worker ends
+        super().__exit__(*exc)

@@ -36,7 +36,26 @@ class _Server(http.server.ThreadingHTTPServer):
     request_queue_size = 256  # must be set before listen(): a class attribute, not after construction
 
 
-class StubServer:
+class Served:
+    """What the scripted servers share: their ``httpd`` on loopback, served in a thread inside ``with``."""
+
+    httpd: http.server.HTTPServer
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self):
+        # A short poll: shutdown() waits up to one poll interval (0.5 s by default) on every exit.
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class StubServer(Served):
     """``with StubServer(reply, delay=0.1) as s: LLM("stub", s.base_url)``."""
 
     def __init__(self, reply=echo, delay: float = 0.0):
@@ -96,16 +115,3 @@ class StubServer:
     def root(self) -> str:
         """``http://127.0.0.1:<port>``, for APIs whose paths do not start at /v1."""
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self) -> "StubServer":
-        # A short poll: shutdown() waits up to one poll interval (0.5 s by default) on every exit.
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
