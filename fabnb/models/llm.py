@@ -484,10 +484,14 @@ class LLM:
         self._record(done)
         if validate is not None:
             validate(done)  # raises the caller's error; the reply is not cached, so a rerun asks again
+        self._store(key, messages, params, done)
+        return done
+
+    def _store(self, key: str, messages, params: dict, done: Completion) -> None:
+        """Keep a reply in the response cache under its request's key (what the next ask of it reads)."""
         if self.cache is not None:
             request = {"base_url": self.base_url, "model": self.model, "messages": messages, "params": params}
             self.cache.put(key, request, {k: v for k, v in asdict(done).items() if k not in ("cached", "key")})
-        return done
 
     def _not_captured(self, key: str, messages, params: dict) -> None:
         """In a collecting pass, record the request and end the call (it is sent in a batch instead)."""
@@ -514,9 +518,7 @@ class LLM:
                 from None
         messages = body.get("messages", [])
         params = {k: v for k, v in body.items() if k not in ("model", "messages")}
-        if self.cache is not None:
-            request = {"base_url": self.base_url, "model": self.model, "messages": messages, "params": params}
-            self.cache.put(key, request, {k: v for k, v in asdict(done).items() if k not in ("cached", "key")})
+        self._store(key, messages, params, done)
         return done
 
     def _record(self, done: Completion) -> None:
